@@ -1,0 +1,221 @@
+//! Configuration: built-in defaults < `/etc/lucebox/lucebox.toml` (or `--config`) < `LUCEBOX_*`
+//! environment < CLI flags. Validated once at load; unknown keys are errors that name the key.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/lucebox/lucebox.toml";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/lucebox";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    // figment::Error is large; boxed so every Result carrying it stays small.
+    #[error("configuration: {0}")]
+    Invalid(Box<figment::Error>),
+    #[error("configuration: {key}: {message}")]
+    Value { key: &'static str, message: String },
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(e: figment::Error) -> Self {
+        ConfigError::Invalid(Box::new(e))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeMode {
+    /// Child process inside a container, Docker containers on a host with a Docker socket.
+    #[default]
+    Auto,
+    Process,
+    Docker,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Installed profile sets, learned thermal models, OTA metadata, the API token.
+    pub state_dir: PathBuf,
+    /// Profiles to plan from; when unset, the OTA-installed set, then the image's built-in set.
+    pub profiles_dir: Option<PathBuf>,
+    /// Engine variants manifest; when unset, the image's `engine/variants.toml`.
+    pub variants_file: Option<PathBuf>,
+    /// Where model files live (content-addressed store and plain files named by profiles).
+    pub models_dir: Option<PathBuf>,
+    /// Read every sysfs/procfs path below this directory (a captured tree in tests).
+    pub root: Option<PathBuf>,
+    pub engine: EngineConfig,
+    pub web: WebConfig,
+    pub runtime: RuntimeConfig,
+    /// Per-device overrides of the plan, keyed by device id (PCI address) or `default`.
+    pub pin: BTreeMap<String, Pin>,
+    /// Running as the Lucebox appliance (systemd, LAN-facing status page, mDNS).
+    pub appliance: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Port of the first engine's OpenAI-compatible API; a second engine gets the next port.
+    pub port: u16,
+    pub host: IpAddr,
+    /// Threads for CPU engines; 0 lets the engine choose.
+    pub threads: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    pub port: u16,
+    /// 127.0.0.1 off-appliance; the appliance config sets 0.0.0.0.
+    pub bind: IpAddr,
+    pub mdns: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    pub mode: RuntimeMode,
+    pub docker_socket: PathBuf,
+    /// Image the Docker runtime starts engines from.
+    pub engine_image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    pub profile: Option<String>,
+    pub variant: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            profiles_dir: None,
+            variants_file: None,
+            models_dir: None,
+            root: None,
+            engine: EngineConfig::default(),
+            web: WebConfig::default(),
+            runtime: RuntimeConfig::default(),
+            pin: BTreeMap::new(),
+            appliance: false,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { port: 8080, host: IpAddr::from([127, 0, 0, 1]), threads: 0 }
+    }
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self { port: 8090, bind: IpAddr::from([127, 0, 0, 1]), mdns: false }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            mode: RuntimeMode::Auto,
+            docker_socket: PathBuf::from("/var/run/docker.sock"),
+            engine_image: "lucebox/engine-cpu:test".to_string(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads the layered configuration. `file` replaces the default file path; a missing default
+    /// file is fine, a missing named file is an error. `overrides` are the CLI flags, applied last.
+    pub fn load(file: Option<&Path>, overrides: Figment) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Value {
+                        key: "--config",
+                        message: format!("{} does not exist", path.display()),
+                    });
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None => figment = figment.merge(Toml::file(DEFAULT_CONFIG_FILE)),
+        }
+        let config: Config = figment
+            .merge(Env::prefixed("LUCEBOX_").split("__").ignore(&["config", "log"]))
+            .merge(overrides)
+            .extract()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.engine.port == 0 {
+            return Err(ConfigError::Value { key: "engine.port", message: "must not be 0".into() });
+        }
+        if self.web.port == 0 {
+            return Err(ConfigError::Value { key: "web.port", message: "must not be 0".into() });
+        }
+        if self.web.port == self.engine.port {
+            return Err(ConfigError::Value {
+                key: "web.port",
+                message: format!("{} is also engine.port", self.web.port),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn models_dir(&self) -> PathBuf {
+        self.models_dir.clone().unwrap_or_else(|| self.state_dir.join("models"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("lucebox.toml", "[web]\nport = 9000\n[engine]\nport = 9100\n")?;
+            jail.set_env("LUCEBOX_WEB__PORT", "9001");
+            let config =
+                Config::load(Some(Path::new("lucebox.toml")), Figment::new()).map_err(|e| e.to_string())?;
+            assert_eq!(config.web.port, 9001, "env beats file");
+            assert_eq!(config.engine.port, 9100, "file beats default");
+            let flags = Figment::from(Serialized::default("web.port", 9002));
+            let config = Config::load(Some(Path::new("lucebox.toml")), flags).map_err(|e| e.to_string())?;
+            assert_eq!(config.web.port, 9002, "flags beat env");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("lucebox.toml", "[web]\nprot = 9000\n")?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err();
+            assert!(err.to_string().contains("prot"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn clashing_ports_are_rejected() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("lucebox.toml", "[web]\nport = 8080\n")?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err();
+            assert!(err.to_string().contains("web.port"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,1 @@
+//! hooks (to be filled by its issue).

@@ -1,0 +1,1 @@
+//! ota (to be filled by its issue).

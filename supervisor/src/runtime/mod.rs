@@ -1,0 +1,1 @@
+//! runtime (to be filled by its issue).

@@ -1,0 +1,1 @@
+//! thermal (to be filled by its issue).

@@ -1,0 +1,1 @@
+//! web (to be filled by its issue).
