@@ -2,5 +2,7 @@
 //! HTTP surface (`/health`, `/props`, `/metrics`, `/slots`) that turns it into one [`LoadSignal`].
 
 pub mod load;
+pub mod variants;
+pub mod version;
 
 pub use load::{LoadSignal, SlotLoad};

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use lucebox::config::Config;
 use lucebox::hardware::{self, DetectOptions, SysRoot};
+use lucebox::plan::inputs::PlanInputs;
 
 #[derive(Parser)]
 #[command(name = "lucebox", version, about = "Lucebox inference appliance supervisor")]
@@ -21,6 +23,8 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Choose the engine build and model profile for each device, and say why.
+    Plan(PlanArgs),
 }
 
 #[derive(Args)]
@@ -38,6 +42,32 @@ struct DetectArgs {
     #[command(flatten)]
     root: RootArgs,
     /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    root: RootArgs,
+    /// Profiles directory (default: the active OTA set, the image's, or the source tree's).
+    #[arg(long, value_name = "DIR")]
+    profiles: Option<PathBuf>,
+    /// Variants manifest (default: engine/variants.toml of the image or source tree).
+    #[arg(long, value_name = "FILE")]
+    variants: Option<PathBuf>,
+    /// Check that model files exist in DIR (default: on for this machine, off for --root).
+    #[arg(long, value_name = "DIR")]
+    models: Option<PathBuf>,
+    /// Do not smoke-start the chosen engines (the plan is then unproven).
+    #[arg(long)]
+    no_smoke: bool,
+    /// Show every rejected profile, not only the variants.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Print the planning time (after detection) to stderr.
+    #[arg(long)]
+    timing: bool,
     #[arg(long)]
     json: bool,
 }
@@ -63,6 +93,7 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Plan(args)) => plan(&load_config(cli.config.as_deref())?, args),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
@@ -85,6 +116,36 @@ fn detect(args: DetectArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&detection).context("encoding detection")?);
     } else {
         print!("{}", hardware::table::render(&detection));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    Ok(Config::load(file, figment::Figment::new())?)
+}
+
+fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let root = sys_root(&args.root)?;
+    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone() };
+    let detection = hardware::detect(&root, &options);
+    let inputs = PlanInputs::load(config, args.profiles.as_deref(), args.variants.as_deref())?;
+    let settings = inputs.settings(config, args.models.clone(), root.is_live());
+    let started = std::time::Instant::now();
+    let mut plan = lucebox::plan::make_plan(&detection, &inputs.manifest, &inputs.profiles, &settings);
+    if args.timing {
+        eprintln!(
+            "planning took {:.3} ms for {} profiles",
+            started.elapsed().as_secs_f64() * 1000.0,
+            inputs.profiles.len()
+        );
+    }
+    if !args.no_smoke && root.is_live() {
+        lucebox::plan::smoke::prove(&mut plan, &detection, &inputs.smoke_settings(config));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan).context("encoding plan")?);
+    } else {
+        print!("{}", lucebox::plan::table::render(&plan, args.verbose));
     }
     Ok(ExitCode::SUCCESS)
 }
