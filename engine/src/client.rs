@@ -157,7 +157,7 @@ impl EngineClient {
         parse_slots(&body).map_err(|source| ClientError::Slots { url: self.url(Endpoint::Slots), source })
     }
 
-    /// The load signal: queue gauges from `/metrics`, per-slot progress from `/slots`, and the
+    /// The load signal: the deferred-queue gauge from `/metrics`, per-slot progress from `/slots`, and the
     /// generation rate since the previous call. An engine that offers only one of the two endpoints
     /// still gives a signal (the other part empty); one that offers neither is an error.
     ///
@@ -169,9 +169,14 @@ impl EngineClient {
         if metrics.is_none() && slots.is_none() {
             return Err(ClientError::NoLoadSurface { addr: self.addr });
         }
+        // Slots are read last and show each request, so their count wins over the gauge (which
+        // a request starting between the two reads would contradict).
+        let requests_processing = match &slots {
+            Some(slots) => slots.iter().filter(|s| s.is_processing).count() as u32,
+            None => metrics.as_ref().and_then(|m| m.requests_processing).map_or(0, gauge_u32),
+        };
         let slots = slots.unwrap_or_default();
         let metrics = metrics.unwrap_or_default();
-        let processing_slots = slots.iter().filter(|s| s.is_processing).count();
 
         let tokens_per_s = metrics.tokens_predicted_total.and_then(|finished| {
             let in_flight: u64 = slots.iter().filter(|s| s.is_processing).map(|s| s.decoded_tokens).sum();
@@ -182,7 +187,7 @@ impl EngineClient {
 
         Ok(LoadSignal {
             at_unix_ms: unix_ms(),
-            requests_processing: metrics.requests_processing.map_or(processing_slots as u32, gauge_u32),
+            requests_processing,
             requests_deferred: metrics.requests_deferred.map_or(0, gauge_u32),
             slots,
             tokens_per_s,
