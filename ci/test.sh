@@ -14,12 +14,9 @@ step "build the CPU llama-server (cached by sdist sha256)"
 LUCEBOX_LLAMA_SERVER=$(bash ci/build-engine.sh)
 export LUCEBOX_LLAMA_SERVER
 
-step "write the tiny test model"
-mkdir -p target/test-assets
-if [ -f ci/make-tiny-model.py ]; then
-  python3 ci/make-tiny-model.py target/test-assets/tiny-llama.gguf >&2
-  export LUCEBOX_TINY_MODEL=$PWD/target/test-assets/tiny-llama.gguf
-fi
+step "write the tiny test model (pinned sha256)"
+LUCEBOX_TINY_MODEL=$(bash ci/make-tiny-model.sh)
+export LUCEBOX_TINY_MODEL
 
 if [ -f ci/docker.sh ]; then
   step "start dockerd"
