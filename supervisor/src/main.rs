@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Engine runtime: run a plan file, benchmark restarts, soak with injected faults.
+    Runtime(lucebox::runtime::cli::RuntimeArgs),
 }
 
 #[derive(Args)]
@@ -63,6 +65,7 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Runtime(args)) => lucebox::runtime::cli::dispatch(args, cli.config.as_deref()),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
