@@ -25,6 +25,8 @@ enum Command {
     Detect(DetectArgs),
     /// Choose the engine build and model profile for each device, and say why.
     Plan(PlanArgs),
+    /// Engine runtime: run a plan file, benchmark restarts, soak with injected faults.
+    Runtime(lucebox::runtime::cli::RuntimeArgs),
 }
 
 #[derive(Args)]
@@ -94,6 +96,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
         Some(Command::Plan(args)) => plan(&load_config(cli.config.as_deref())?, args),
+        Some(Command::Runtime(args)) => lucebox::runtime::cli::dispatch(args, cli.config.as_deref()),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
