@@ -21,6 +21,24 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Print the API bearer token for state-changing requests (created if absent).
+    Token,
+    /// The status page on its own.
+    #[command(subcommand)]
+    Web(WebCommand),
+}
+
+#[derive(Subcommand)]
+enum WebCommand {
+    /// Serve the page with live detection and no actions (try-out and load runs).
+    Serve {
+        /// Show this captured detection (`lucebox detect --json` output) instead of probing.
+        #[arg(long, value_name = "FILE")]
+        detection: Option<PathBuf>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "S")]
+        duration: Option<u64>,
+    },
 }
 
 #[derive(Args)]
@@ -63,8 +81,25 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Token) => {
+            lucebox::web::cli::print_token(&load_config(cli.config.as_deref())?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Web(WebCommand::Serve { detection, duration })) => {
+            let config = load_config(cli.config.as_deref())?;
+            lucebox::web::cli::serve_standalone(
+                &config,
+                detection.as_deref(),
+                duration.map(std::time::Duration::from_secs),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
+}
+
+fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<lucebox::config::Config> {
+    Ok(lucebox::config::Config::load(file, figment::Figment::new())?)
 }
 
 fn sys_root(args: &RootArgs) -> anyhow::Result<SysRoot> {
