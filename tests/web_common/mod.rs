@@ -90,14 +90,38 @@ impl Reply {
 
 /// Writes `raw` and reads until the server closes (requests say `Connection: close`).
 pub async fn send(addr: SocketAddr, raw: &str) -> Reply {
+    send_within(addr, raw, Duration::from_secs(10)).await
+}
+
+/// Like [`send`]; stops at the end of the body when the reply has a Content-Length (some peers
+/// keep the connection open anyway).
+pub async fn send_within(addr: SocketAddr, raw: &str, within: Duration) -> Reply {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(raw.as_bytes()).await.unwrap();
     let mut bytes = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes))
-        .await
-        .expect("server did not close the connection")
-        .ok();
+    let mut chunk = [0u8; 16384];
+    let read = tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            }
+            if body_complete(&bytes) {
+                return;
+            }
+        }
+    });
+    read.await.expect("no complete reply in time");
     parse(&bytes)
+}
+
+fn body_complete(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = parse(&bytes[..end + 4]);
+    match head.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        Some(length) => bytes.len() >= end + 4 + length,
+        None => false,
+    }
 }
 
 pub fn parse(bytes: &[u8]) -> Reply {

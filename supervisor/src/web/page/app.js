@@ -15,7 +15,7 @@ function el(tag, attrs, ...children) {
 }
 const fmt = (v, unit, digits = 0) => (v === null || v === undefined ? "—" : v.toFixed(digits) + unit);
 const gib = (mib) => (mib / 1024).toFixed(1) + " GiB";
-const time = (ms) => new Date(ms).toLocaleTimeString();
+const time = (ms) => new Date(ms).toLocaleTimeString([], { hourCycle: "h23" });
 
 function stateText(s) {
   switch (s.state) {
@@ -176,6 +176,11 @@ function drawChart(key, field) {
       started = true;
     }
     ctx.stroke();
+    const last = history[history.length - 1][field][name];
+    if (last !== undefined) {
+      ctx.fillStyle = COLORS[i % COLORS.length];
+      ctx.beginPath(); ctx.arc(x(now), y(last), 3, 0, 2 * Math.PI); ctx.fill();
+    }
   });
   legend.replaceChildren(...names.map((n, i) => el("span", {}, el("i", { style: `background:${COLORS[i % COLORS.length]}` }), n)));
 }
@@ -195,7 +200,7 @@ function render(status) {
   renderEvents(status.events);
   record(sampleOf(status, Date.now()));
   drawCharts();
-  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  document.getElementById("updated").textContent = "updated " + time(Date.now());
 }
 
 function setLive(on) {
