@@ -27,6 +27,24 @@ enum Command {
     Plan(PlanArgs),
     /// Engine runtime: run a plan file, benchmark restarts, soak with injected faults.
     Runtime(lucebox::runtime::cli::RuntimeArgs),
+    /// Print the API bearer token for state-changing requests (created if absent).
+    Token,
+    /// The status page on its own.
+    #[command(subcommand)]
+    Web(WebCommand),
+}
+
+#[derive(Subcommand)]
+enum WebCommand {
+    /// Serve the page with live detection and no actions (try-out and load runs).
+    Serve {
+        /// Show this captured detection (`lucebox detect --json` output) instead of probing.
+        #[arg(long, value_name = "FILE")]
+        detection: Option<PathBuf>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "S")]
+        duration: Option<u64>,
+    },
 }
 
 #[derive(Args)]
@@ -97,9 +115,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Detect(args)) => detect(args),
         Some(Command::Plan(args)) => plan(&load_config(cli.config.as_deref())?, args),
         Some(Command::Runtime(args)) => lucebox::runtime::cli::dispatch(args, cli.config.as_deref()),
+        Some(Command::Token) => {
+            lucebox::web::cli::print_token(&load_config(cli.config.as_deref())?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Web(WebCommand::Serve { detection, duration })) => {
+            let config = load_config(cli.config.as_deref())?;
+            lucebox::web::cli::serve_standalone(
+                &config,
+                detection.as_deref(),
+                duration.map(std::time::Duration::from_secs),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
+
 
 fn sys_root(args: &RootArgs) -> anyhow::Result<SysRoot> {
     match &args.root {
