@@ -21,6 +21,12 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Signed profile updates: status, check, apply, rollback, publish, bench.
+    #[command(subcommand)]
+    Ota(lucebox::ota::cli::OtaCommand),
+    /// The content-addressed model store: pull, list, gc.
+    #[command(subcommand)]
+    Models(lucebox::ota::cli::ModelsCommand),
 }
 
 #[derive(Args)]
@@ -63,6 +69,8 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
+        Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
