@@ -1,6 +1,5 @@
 //! The `lucebox ota ...` and `lucebox models ...` commands.
 
-use std::collections::BTreeSet;
 use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,8 +15,7 @@ use super::manifest::{Manifest, MANIFEST_FILE};
 use super::models::ModelStore;
 use super::publish::{self, Expiry, PublishOptions};
 use super::repo::RepoSource;
-use super::state::Record;
-use super::store::{SetStore, CURRENT, PREVIOUS};
+use super::store::CURRENT;
 use super::updater::{self, ApplyOptions, ApplyOutcome, OtaPaths, Step, Updater};
 use crate::config::Config;
 use crate::status::StatusModel;
@@ -283,28 +281,6 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Manifests of the sets a box keeps (committed, previous, and a staged candidate).
-fn kept_manifests(config: &Config) -> anyhow::Result<Vec<Manifest>> {
-    let paths = paths(config);
-    let record = Record::load(&paths.ota_dir())?;
-    let store = SetStore::new(&config.state_dir);
-    let mut shas: BTreeSet<String> = [&record.committed, &record.previous, &record.candidate]
-        .into_iter()
-        .flatten()
-        .map(|s| s.sha256.clone())
-        .collect();
-    shas.extend(store.linked(CURRENT)?);
-    shas.extend(store.linked(PREVIOUS)?);
-    let mut out = Vec::new();
-    for sha in shas {
-        let file = store.set_dir(&sha).join(MANIFEST_FILE);
-        if file.is_file() {
-            out.push(Manifest::load(&file)?);
-        }
-    }
-    Ok(out)
-}
-
 async fn run_models(config: &Config, command: ModelsCommand) -> anyhow::Result<ExitCode> {
     let store = ModelStore::new(&config.models_dir());
     match command {
@@ -341,10 +317,7 @@ async fn run_models(config: &Config, command: ModelsCommand) -> anyhow::Result<E
             Ok(ExitCode::SUCCESS)
         }
         ModelsCommand::Gc(args) => {
-            let referenced: BTreeSet<String> = kept_manifests(config)?
-                .iter()
-                .flat_map(|m| m.models.iter().map(|f| f.sha256.clone()))
-                .collect();
+            let referenced = updater::referenced_models(&paths(config))?;
             let removed = store.gc(&referenced)?;
             if args.json {
                 println!("{}", serde_json::json!({ "removed": removed }));

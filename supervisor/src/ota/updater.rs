@@ -3,6 +3,7 @@
 //! what the box boots is recorded first in the state file, so [`recover`] can undo an
 //! interrupted one.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -384,6 +385,28 @@ fn restore_committed(
     record.publish(status);
     status.event(SOURCE, Level::Warn, format!("rolled back v{version}: {reason}"));
     Ok(())
+}
+
+/// Model hashes the sets a box keeps use: committed, previous, a staged candidate, and whatever
+/// the links name. `models gc` deletes everything else.
+pub fn referenced_models(paths: &OtaPaths) -> Result<BTreeSet<String>, OtaError> {
+    let record = Record::load(&paths.ota_dir())?;
+    let store = SetStore::new(&paths.state_dir);
+    let mut sets: BTreeSet<String> = [&record.committed, &record.previous, &record.candidate]
+        .into_iter()
+        .flatten()
+        .map(|s| s.sha256.clone())
+        .collect();
+    sets.extend(store.linked(CURRENT)?);
+    sets.extend(store.linked(PREVIOUS)?);
+    let mut models = BTreeSet::new();
+    for sha in sets {
+        let file = store.set_dir(&sha).join(MANIFEST_FILE);
+        if file.is_file() {
+            models.extend(Manifest::load(&file)?.models.into_iter().map(|m| m.sha256));
+        }
+    }
+    Ok(models)
 }
 
 fn committed_version(record: &Record) -> u64 {
