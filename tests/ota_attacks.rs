@@ -108,8 +108,8 @@ async fn bad_signature_is_rejected() {
     s.publish(Some("repo"), "evil", 2, &PublishSpec::default()).await;
     edit_json(&s.www.join("evil/metadata/timestamp.json"), |v| {
         let sig = v["signatures"][0]["sig"].as_str().unwrap().to_string();
-        let flipped =
-            if sig.starts_with('0') { format!("1{}", &sig[1..]) } else { format!("0{}", &sig[1..]) };
+        let (first, rest) = sig.split_at(1);
+        let flipped = format!("{}{rest}", if first == "0" { "1" } else { "0" });
         v["signatures"][0]["sig"] = flipped.into();
     });
     let err = s.assert_rejected("evil", &["timestamp", "signature"]).await;

@@ -48,7 +48,7 @@ async fn a_cut_download_resumes_with_range_and_verifies() {
     let resumed_at: u64 =
         log[1].trim().strip_prefix("m.gguf bytes=").unwrap().trim_end_matches('-').parse().unwrap();
     assert!(resumed_at >= 1, "second request must resume, not restart: {log:?}");
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(*seen.last().unwrap(), 100);
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "progress went backwards");
     // Pulling again is a no-op: no new request.
