@@ -65,6 +65,17 @@ pub struct Config {
     pub pin: BTreeMap<String, Pin>,
     /// Running as the Lucebox appliance (systemd, LAN-facing status page, mDNS).
     pub appliance: bool,
+    pub ota: OtaConfig,
+}
+
+/// Where signed profile updates come from.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtaConfig {
+    /// `http://host/path` or a local directory (USB stick) holding `metadata/` and `targets/`.
+    pub repository: Option<String>,
+    /// The root of trust shipped with the box; default `<state_dir>/ota/root.json`.
+    pub trusted_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,6 +127,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             pin: BTreeMap::new(),
             appliance: false,
+            ota: OtaConfig::default(),
         }
     }
 }

@@ -32,6 +32,12 @@ enum Command {
     /// The status page on its own.
     #[command(subcommand)]
     Web(WebCommand),
+    /// Signed profile updates: status, check, apply, rollback, publish, bench.
+    #[command(subcommand)]
+    Ota(lucebox::ota::cli::OtaCommand),
+    /// The content-addressed model store: pull, list, gc.
+    #[command(subcommand)]
+    Models(lucebox::ota::cli::ModelsCommand),
 }
 
 #[derive(Subcommand)]
@@ -128,6 +134,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
+        Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
