@@ -21,6 +21,11 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Fan control: bench, offline model fit, reset to firmware auto.
+    Thermal {
+        #[command(subcommand)]
+        cmd: lucebox::thermal::cli::ThermalCommand,
+    },
 }
 
 #[derive(Args)]
@@ -63,6 +68,7 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
