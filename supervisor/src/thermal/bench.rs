@@ -193,7 +193,7 @@ pub fn run(spec: &PlantSpec, trace: &[Request], options: &BenchOptions) -> Resul
 
 enum Driver {
     Observing(Box<dyn Controller>),
-    Oracle(Oracle),
+    Oracle(Box<Oracle>),
 }
 
 /// Board power of every plant step of the run (what the oracle knows in advance).
@@ -225,7 +225,7 @@ fn simulate(
             Driver::Observing(Box::new(Predictive::new(limits, ModelParams::prior(), period_s)))
         }
         ControllerKind::Oracle => {
-            Driver::Oracle(Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps)))
+            Driver::Oracle(Box::new(Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps))))
         }
     };
     let mut engine = EngineSim::new(trace.to_vec());

@@ -237,10 +237,8 @@ impl ThermalModel {
             let limit = prior.sink_cov[i][i];
             if cov[i][i] > limit {
                 let scale = (limit / cov[i][i]).sqrt();
-                for j in 0..PARAMS {
-                    cov[i][j] *= scale;
-                    cov[j][i] *= scale;
-                }
+                cov[i].iter_mut().for_each(|v| *v *= scale);
+                cov.iter_mut().for_each(|row| row[i] *= scale);
             }
         }
         let mut candidate = ModelParams { sink: next, sink_cov: cov, ..p.clone() };

@@ -39,6 +39,8 @@ pub trait SensorSource: Send {
 /// sensor), `power1_average`/`power1_input` (µW), `fan1_input` (rpm), `pwm1` (0–255).
 pub struct HwmonSensors {
     dir: PathBuf,
+    /// Chosen once: a junction file that vanishes later must not silently become the edge.
+    junction: PathBuf,
     limit_c: f64,
 }
 
@@ -52,26 +54,17 @@ fn read_number(path: &Path) -> Result<f64, SensorError> {
 
 impl HwmonSensors {
     pub fn new(dir: PathBuf) -> Self {
-        let junction = if dir.join("temp2_input").exists() { "temp2" } else { "temp1" };
-        let limit_c = read_number(&dir.join(format!("{junction}_crit")))
+        let name = if dir.join("temp2_input").exists() { "temp2" } else { "temp1" };
+        let limit_c = read_number(&dir.join(format!("{name}_crit")))
             .map(|m| m / 1000.0 - LIMIT_BELOW_CRITICAL_C)
             .unwrap_or(DEFAULT_LIMIT_C);
-        Self { dir, limit_c }
-    }
-
-    fn junction_file(&self) -> PathBuf {
-        let junction = self.dir.join("temp2_input");
-        if junction.exists() {
-            junction
-        } else {
-            self.dir.join("temp1_input")
-        }
+        Self { junction: dir.join(format!("{name}_input")), dir, limit_c }
     }
 }
 
 impl SensorSource for HwmonSensors {
     fn read(&mut self) -> Result<Readings, SensorError> {
-        let junction_c = read_number(&self.junction_file())? / 1000.0;
+        let junction_c = read_number(&self.junction)? / 1000.0;
         let power = read_number(&self.dir.join("power1_average"))
             .or_else(|_| read_number(&self.dir.join("power1_input")));
         let power_w = match power {

@@ -74,3 +74,42 @@ impl FanActuator for FirmwareHook {
         self.send(serde_json::json!({"event": "fan-full", "device": self.device}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &std::path::Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("hook.sh");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn sends_one_json_event_per_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events");
+        let exe = script(dir.path(), &format!("cat >> {}; echo >> {}", log.display(), log.display()));
+        let mut hook = FirmwareHook::new(exe, "0000:c5:00.0".into());
+        hook.set_duty(42.4, 60.0, 95.0).unwrap();
+        hook.restore_auto().unwrap();
+        let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events[0]["event"], "fan-duty");
+        assert_eq!(events[0]["duty_pct"], 42.0);
+        assert_eq!(events[0]["device"], "0000:c5:00.0");
+        assert_eq!(events[1]["event"], "fan-auto");
+    }
+
+    #[test]
+    fn a_failing_hook_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hook = FirmwareHook::new(script(dir.path(), "exit 3"), "x".into());
+        assert!(matches!(hook.full_speed(), Err(ActuatorError::Hook { .. })));
+    }
+}

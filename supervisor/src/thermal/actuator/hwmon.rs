@@ -57,3 +57,28 @@ impl FanActuator for HwmonPwm {
         write_attr(&self.dir.join("pwm1_enable"), "0")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_duty_then_auto_and_full_speed() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, value) in [("pwm1", "0"), ("pwm1_enable", "2"), ("fan1_min", "660"), ("fan1_max", "3300")]
+        {
+            std::fs::write(dir.path().join(name), value).unwrap();
+        }
+        let mut fan = HwmonPwm::open(dir.path().to_path_buf()).unwrap();
+        assert_eq!(fan.range().min_duty_pct, 20.0);
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        fan.set_duty(50.0, 60.0, 95.0).unwrap();
+        assert_eq!((read("pwm1_enable"), read("pwm1")), ("1".into(), "128".into()));
+        fan.set_duty(5.0, 60.0, 95.0).unwrap();
+        assert_eq!(read("pwm1"), "51", "clamped to the published floor");
+        fan.restore_auto().unwrap();
+        assert_eq!(read("pwm1_enable"), "2");
+        fan.full_speed().unwrap();
+        assert_eq!(read("pwm1_enable"), "0");
+    }
+}

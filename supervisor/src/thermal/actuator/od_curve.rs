@@ -109,3 +109,39 @@ impl FanActuator for OdFanCurve {
         self.commit(&points)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &str = "../tests/fixtures/thermal/r9700-rdna4/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/gpu_od/fan_ctrl/fan_curve";
+
+    fn curve() -> OdFanCurve {
+        OdFanCurve::open(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE)).unwrap()
+    }
+
+    #[test]
+    fn reads_points_and_ranges_as_the_kernel_prints_them() {
+        let c = curve();
+        assert_eq!((c.points, c.temp_range, c.speed_range), (5, (25.0, 100.0), (15.0, 100.0)));
+        assert_eq!(c.range().min_duty_pct, 15.0);
+    }
+
+    #[test]
+    fn a_duty_becomes_a_rising_curve_at_full_speed_ten_degrees_under_the_limit() {
+        let points = curve().curve_for(30.0, 60.0, 95.0);
+        assert_eq!(points.first(), Some(&(25, 30)));
+        assert_eq!(points.last(), Some(&(85, 100)));
+        assert!(points.windows(2).all(|w| w[1].0 >= w[0].0 && w[1].1 >= w[0].1), "{points:?}");
+        // Never below the card's floor, even when asked.
+        assert_eq!(curve().curve_for(0.0, 40.0, 95.0)[0].1, 15);
+    }
+
+    #[test]
+    fn unparsable_file_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fan_curve");
+        std::fs::write(&path, "OD_FAN_CURVE:\n").unwrap();
+        assert!(matches!(OdFanCurve::open(path), Err(ActuatorError::Format { .. })));
+    }
+}
