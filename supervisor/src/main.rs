@@ -38,6 +38,11 @@ enum Command {
     /// The content-addressed model store: pull, list, gc.
     #[command(subcommand)]
     Models(lucebox::ota::cli::ModelsCommand),
+    /// Fan control: bench, offline model fit, reset to firmware auto.
+    Thermal {
+        #[command(subcommand)]
+        cmd: lucebox::thermal::cli::ThermalCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -136,6 +141,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
         Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
+        Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
