@@ -21,6 +21,30 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Build provenance of this binary and, inside the image, of the image.
+    Version(VersionArgs),
+    /// Install the appliance's systemd unit, firmware hooks, default config and this binary.
+    InstallAppliance(InstallApplianceArgs),
+}
+
+#[derive(Args)]
+struct VersionArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Image provenance file written by the image build.
+    #[arg(long, value_name = "FILE", default_value = lucebox::version::DEFAULT_IMAGE_PROVENANCE)]
+    image_provenance: PathBuf,
+}
+
+#[derive(Args)]
+struct InstallApplianceArgs {
+    /// Install below DIR instead of / (a staging tree or a test).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    prefix: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -63,6 +87,8 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Version(args)) => version(args),
+        Some(Command::InstallAppliance(args)) => install_appliance(args),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
@@ -85,6 +111,33 @@ fn detect(args: DetectArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&detection).context("encoding detection")?);
     } else {
         print!("{}", hardware::table::render(&detection));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {
+    let provenance = lucebox::version::Provenance::load(&args.image_provenance)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&provenance).context("encoding provenance")?);
+    } else {
+        print!("{}", provenance.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn install_appliance(args: InstallApplianceArgs) -> anyhow::Result<ExitCode> {
+    let binary = std::env::current_exe().context("locating this binary")?;
+    let report = lucebox::appliance::install(&args.prefix, &binary)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("encoding install report")?);
+    } else {
+        for path in &report.written {
+            println!("wrote  {}", path.display());
+        }
+        for path in &report.kept {
+            println!("kept   {}", path.display());
+        }
+        println!("next: systemctl daemon-reload && systemctl enable --now lucebox.service");
     }
     Ok(ExitCode::SUCCESS)
 }
