@@ -16,10 +16,12 @@ target_dir=${CARGO_TARGET_DIR:-$repo/target}
 
 command -v docker >/dev/null || { echo "build-cpu-image: docker missing (ci/install-deps.sh installs docker.io)" >&2; exit 1; }
 docker info >/dev/null 2>&1 || { echo "build-cpu-image: no dockerd answering (run ci/docker.sh)" >&2; exit 1; }
-busybox=$(command -v busybox) || { echo "build-cpu-image: busybox-static missing" >&2; exit 1; }
-file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
-  ldd "$busybox" 2>&1 | grep -q 'not a dynamic executable' ||
-  { echo "build-cpu-image: $busybox is not static (install busybox-static)" >&2; exit 1; }
+busybox=$(command -v busybox || true)
+if [ -z "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then
+  echo "build-cpu-image: installing busybox-static" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >&2
+  busybox=/bin/busybox
+fi
 
 engine=$(bash "$here/build-engine.sh")
 echo "build-cpu-image: building lucebox (release)" >&2
@@ -36,7 +38,6 @@ mkdir -p "$root"/{bin,etc,tmp,root,proc,sys,dev,run,usr/lib/x86_64-linux-gnu,usr
 chmod 1777 "$root/tmp"
 ln -s usr/lib "$root/lib"
 ln -s usr/lib64 "$root/lib64"
-ln -s ../../bin/busybox "$root/usr/local/bin/busybox"
 cp "$busybox" "$root/bin/busybox"
 for applet in $("$busybox" --list); do
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
