@@ -43,6 +43,10 @@ enum Command {
         #[command(subcommand)]
         cmd: lucebox::thermal::cli::ThermalCommand,
     },
+    /// Build provenance of this binary and, inside the image, of the image.
+    Version(VersionArgs),
+    /// Install the appliance's systemd unit, firmware hooks, default config and this binary.
+    InstallAppliance(InstallApplianceArgs),
 }
 
 #[derive(Subcommand)]
@@ -56,6 +60,26 @@ enum WebCommand {
         #[arg(long, value_name = "S")]
         duration: Option<u64>,
     },
+}
+
+#[derive(Args)]
+struct VersionArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Image provenance file written by the image build.
+    #[arg(long, value_name = "FILE", default_value = lucebox::version::DEFAULT_IMAGE_PROVENANCE)]
+    image_provenance: PathBuf,
+}
+
+#[derive(Args)]
+struct InstallApplianceArgs {
+    /// Install below DIR instead of / (a staging tree or a test).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    prefix: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -142,6 +166,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
         Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
         Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd),
+        Some(Command::Version(args)) => version(args),
+        Some(Command::InstallAppliance(args)) => install_appliance(args),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
@@ -195,6 +221,29 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&plan).context("encoding plan")?);
     } else {
         print!("{}", lucebox::plan::table::render(&plan, args.verbose));
+fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {
+    let provenance = lucebox::version::Provenance::load(&args.image_provenance)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&provenance).context("encoding provenance")?);
+    } else {
+        print!("{}", provenance.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn install_appliance(args: InstallApplianceArgs) -> anyhow::Result<ExitCode> {
+    let binary = std::env::current_exe().context("locating this binary")?;
+    let report = lucebox::appliance::install(&args.prefix, &binary)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("encoding install report")?);
+    } else {
+        for path in &report.written {
+            println!("wrote  {}", path.display());
+        }
+        for path in &report.kept {
+            println!("kept   {}", path.display());
+        }
+        println!("next: systemctl daemon-reload && systemctl enable --now lucebox.service");
     }
     Ok(ExitCode::SUCCESS)
 }
