@@ -221,6 +221,10 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&plan).context("encoding plan")?);
     } else {
         print!("{}", lucebox::plan::table::render(&plan, args.verbose));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {
     let provenance = lucebox::version::Provenance::load(&args.image_provenance)?;
     if args.json {
