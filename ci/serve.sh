@@ -12,8 +12,8 @@ server=$(bash ci/build-engine.sh)
 state=${LUCEBOX_STATE_DIR:-$PWD/target/serve/state}
 engines=$PWD/target/serve/engines
 models=${LUCEBOX_MODELS_DIR:-$state/models}
-mkdir -p "$state" "$engines/cpu" "$models"
-ln -sf "$server" "$engines/cpu/llama-server"
+mkdir -p "$state" "$engines/cpu/bin" "$models"
+ln -sf "$server" "$engines/cpu/bin/llama-server"
 bash ci/make-tiny-model.sh "$models/tiny-llama.gguf" >/dev/null
 
 echo "serve: building the supervisor (release)" >&2

@@ -250,7 +250,7 @@ fn smoke_start_proves_the_cpu_engine_and_caches_it() {
 fn failed_smoke_start_is_recorded_with_its_reason() {
     let Some((engines, models, state)) = live_engine_dirs() else { return };
     // Replace the engine with one that dies at once.
-    let broken = engines.path().join("cpu/llama-server");
+    let broken = engines.path().join("cpu/bin/llama-server");
     std::fs::remove_file(&broken).unwrap();
     std::fs::write(&broken, "#!/bin/sh\necho 'illegal instruction' >&2\nexit 132\n").unwrap();
     std::os::unix::fs::PermissionsExt::set_mode(
@@ -280,8 +280,8 @@ fn live_engine_dirs() -> Option<(tempfile::TempDir, tempfile::TempDir, tempfile:
     let model = std::env::var("LUCEBOX_TINY_MODEL")
         .expect("LUCEBOX_TINY_MODEL unset: run `bash ci/test.sh` (it writes the tiny model and sets it)");
     let engines = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(engines.path().join("cpu")).unwrap();
-    std::os::unix::fs::symlink(&server, engines.path().join("cpu/llama-server")).unwrap();
+    std::fs::create_dir_all(engines.path().join("cpu/bin")).unwrap();
+    std::os::unix::fs::symlink(&server, engines.path().join("cpu/bin/llama-server")).unwrap();
     let models = tempfile::tempdir().unwrap();
     std::fs::copy(&model, models.path().join("tiny-llama.gguf")).unwrap();
     Some((engines, models, tempfile::tempdir().unwrap()))

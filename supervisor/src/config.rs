@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/lucebox/lucebox.toml";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/lucebox";
-pub const DEFAULT_ENGINES_DIR: &str = "/opt/lucebox/engines";
+pub const DEFAULT_ENGINES_DIR: &str = "/usr/lib/lucebox/engines";
 /// Where the image installs its built-in profiles and variants manifest.
 pub const IMAGE_SHARE_DIR: &str = "/usr/share/lucebox";
 /// The source tree's copies, for a supervisor run from a checkout.
@@ -33,7 +33,7 @@ impl From<figment::Error> for ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
     /// Child process inside a container, Docker containers on a host with a Docker socket.

@@ -25,6 +25,8 @@ enum Command {
     Detect(DetectArgs),
     /// Choose the engine build and model profile for each device, and say why.
     Plan(PlanArgs),
+    /// The supervisor: detect, plan, keep the engines running, drive the fans, serve the page.
+    Run(RunArgs),
     /// Engine runtime: run a plan file, benchmark restarts, soak with injected faults.
     Runtime(lucebox::runtime::cli::RuntimeArgs),
     /// Print the API bearer token for state-changing requests (created if absent).
@@ -102,6 +104,19 @@ struct DetectArgs {
 }
 
 #[derive(Args)]
+struct RunArgs {
+    /// Do not smoke-start the chosen engines before running them.
+    #[arg(long)]
+    no_smoke: bool,
+    /// Engine runtime: auto (child process in a container, Docker on a host), process or docker.
+    #[arg(long, value_name = "MODE")]
+    runtime: Option<lucebox::config::RuntimeMode>,
+    /// NVML library to load instead of the system's libnvidia-ml.so.1.
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct PlanArgs {
     #[command(flatten)]
     root: RootArgs,
@@ -149,6 +164,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
         Some(Command::Plan(args)) => plan(&load_config(cli.config.as_deref())?, args),
+        Some(Command::Run(args)) => run(cli.config.as_deref(), args),
         Some(Command::Runtime(args)) => lucebox::runtime::cli::dispatch(args, cli.config.as_deref()),
         Some(Command::Token) => {
             lucebox::web::cli::print_token(&load_config(cli.config.as_deref())?)?;
@@ -171,7 +187,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         None => anyhow::bail!("no command given; try `lucebox --help`"),
     }
 }
-
 
 fn sys_root(args: &RootArgs) -> anyhow::Result<SysRoot> {
     match &args.root {
@@ -223,6 +238,38 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         print!("{}", lucebox::plan::table::render(&plan, args.verbose));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run(config_file: Option<&std::path::Path>, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut overrides = figment::Figment::new();
+    if let Some(mode) = args.runtime {
+        overrides = overrides.merge(figment::providers::Serialized::default("runtime.mode", mode));
+    }
+    let config = Config::load(config_file, overrides)?;
+    let options = lucebox::supervise::RunOptions { no_smoke: args.no_smoke, nvml_lib: args.nvml_lib };
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    tokio.block_on(async move {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(cancel_on_signals(cancel.clone()));
+        lucebox::supervise::run(config, options, cancel).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or SIGINT: stop the engines with their grace period, hand the fans back, exit.
+async fn cancel_on_signals(cancel: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers; stopping");
+        cancel.cancel();
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    cancel.cancel();
 }
 
 fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {
