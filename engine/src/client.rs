@@ -5,12 +5,13 @@
 //! yields [`ClientError::Timeout`] instead of blocking its caller. A refused connection (engine not
 //! started or exited) is its own error kind, because supervision treats it differently from a hang.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -19,7 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::load::{LoadSignal, TokenRate};
 use crate::metrics::{EngineMetrics, MetricsError};
 use crate::props::{EngineProps, PropsError};
-use crate::slots::{parse_slots, SlotsError};
+use crate::slots::{parse_slot_reports, SlotsError};
 use crate::SlotLoad;
 
 /// Default deadline of one request. Health probes of a loaded engine answer in about a millisecond.
@@ -46,6 +47,7 @@ pub enum Endpoint {
     Props,
     Metrics,
     Slots,
+    Tokenize,
 }
 
 impl Endpoint {
@@ -55,6 +57,7 @@ impl Endpoint {
             Endpoint::Props => "/props",
             Endpoint::Metrics => "/metrics",
             Endpoint::Slots => "/slots",
+            Endpoint::Tokenize => "/tokenize",
         }
     }
 }
@@ -85,6 +88,8 @@ pub enum ClientError {
     Slots { url: String, source: SlotsError },
     #[error("{url}: {source}")]
     Props { url: String, source: PropsError },
+    #[error("{url}: answer is not {{\"tokens\": [...]}}")]
+    Tokenize { url: String },
     #[error("engine at {addr} offers neither /metrics nor /slots: no load signal")]
     NoLoadSurface { addr: SocketAddr },
 }
@@ -101,12 +106,14 @@ impl ClientError {
 }
 
 /// One engine's HTTP surface. Cheap to share behind an `Arc`; `load()` keeps the previous token tally
-/// to turn counters into a rate.
+/// to turn counters into a rate, and `slots()` the sizes of prompts being prefilled.
 pub struct EngineClient {
     addr: SocketAddr,
     timeout: Duration,
-    http: Client<HttpConnector, Empty<Bytes>>,
+    http: Client<HttpConnector, Full<Bytes>>,
     rate: Mutex<TokenRate>,
+    /// Prompt length per (slot, task) for requests still prefilling; pruned to the active ones.
+    prompt_sizes: Mutex<HashMap<(u32, i64), u64>>,
 }
 
 impl EngineClient {
@@ -120,7 +127,13 @@ impl EngineClient {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(connector);
-        Self { addr, timeout, http, rate: Mutex::new(TokenRate::default()) }
+        Self {
+            addr,
+            timeout,
+            http,
+            rate: Mutex::new(TokenRate::default()),
+            prompt_sizes: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -152,9 +165,55 @@ impl EngineClient {
     }
 
     /// `/slots` (llama-server started with `--slots`).
+    ///
+    /// `/slots` does not show the length of a prompt that is still being prefilled, only the part
+    /// done so far; such a prompt is sized once per request with `/tokenize` (answered by the
+    /// engine's HTTP thread, not queued behind inference), so `waiting_prompt_tokens()` sees it.
     pub async fn slots(&self) -> Result<Vec<SlotLoad>, ClientError> {
         let body = self.get(Endpoint::Slots).await?;
-        parse_slots(&body).map_err(|source| ClientError::Slots { url: self.url(Endpoint::Slots), source })
+        let reports = parse_slot_reports(&body)
+            .map_err(|source| ClientError::Slots { url: self.url(Endpoint::Slots), source })?;
+        let mut active = Vec::new();
+        let mut slots = Vec::with_capacity(reports.len());
+        for report in reports {
+            let mut load = report.load;
+            if let (Some(task), Some(prompt)) = (report.task_id, report.pending_prompt) {
+                let key = (load.id, task);
+                active.push(key);
+                let known = self.lock_prompt_sizes().get(&key).copied();
+                let total = match known {
+                    Some(total) => total,
+                    None => {
+                        let total = self.count_tokens(&prompt).await?;
+                        self.lock_prompt_sizes().insert(key, total);
+                        total
+                    }
+                };
+                load.prompt_tokens = load.prompt_tokens.max(total);
+            }
+            slots.push(load);
+        }
+        self.lock_prompt_sizes().retain(|key, _| active.contains(key));
+        Ok(slots)
+    }
+
+    /// Tokens in `text` as this engine's tokenizer counts them (special tokens parsed, none added:
+    /// the prompt text `/slots` shows already carries them).
+    pub async fn count_tokens(&self, text: &str) -> Result<u64, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Tokens {
+            tokens: Vec<serde_json::Value>,
+        }
+        let request = serde_json::json!({ "content": text, "add_special": false, "parse_special": true });
+        let body = self.send(Method::POST, Endpoint::Tokenize, Bytes::from(request.to_string())).await?;
+        let tokens: Tokens = serde_json::from_slice(&body)
+            .map_err(|_| ClientError::Tokenize { url: self.url(Endpoint::Tokenize) })?;
+        Ok(tokens.tokens.len() as u64)
+    }
+
+    fn lock_prompt_sizes(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, i64), u64>> {
+        // A poisoned lock only means another caller panicked mid-update; the sizes are still valid.
+        self.prompt_sizes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The load signal: the deferred-queue gauge from `/metrics`, per-slot progress from `/slots`, and the
@@ -200,22 +259,29 @@ impl EngineClient {
 
     /// GET one endpoint and return its body on 200.
     async fn get(&self, endpoint: Endpoint) -> Result<Bytes, ClientError> {
+        self.send(Method::GET, endpoint, Bytes::new()).await
+    }
+
+    /// One request under the deadline; the body on 200.
+    async fn send(&self, method: Method, endpoint: Endpoint, body: Bytes) -> Result<Bytes, ClientError> {
         let url = self.url(endpoint);
-        match tokio::time::timeout(self.timeout, self.fetch(&url)).await {
+        match tokio::time::timeout(self.timeout, self.fetch(method, &url, body)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout { url, after: self.timeout }),
         }
     }
 
-    async fn fetch(&self, url: &str) -> Result<Bytes, ClientError> {
+    async fn fetch(&self, method: Method, url: &str, body: Bytes) -> Result<Bytes, ClientError> {
         let uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| ClientError::Transport {
             url: url.to_owned(),
             reason: e.to_string(),
         })?;
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(uri)
-            .body(Empty::<Bytes>::new())
+        let mut request = Request::builder().method(method).uri(uri);
+        if !body.is_empty() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(body))
             .map_err(|e| ClientError::Transport { url: url.to_owned(), reason: e.to_string() })?;
         let response = self.http.request(request).await.map_err(|e| self.transport_error(url, &e))?;
         let status = response.status();
