@@ -140,11 +140,15 @@ impl EngineClient {
         self.addr
     }
 
-    /// `/health`: 200 is ready, 503 `Loading model` is loading; anything else is an error.
+    /// `/health`: 200 is ready, 503 is loading; anything else is an error. llama-server says
+    /// `Loading model` in its 503; any 503 from `/health` counts as loading so an engine with other
+    /// wording (dflash_server) is not taken for a failed one while it loads.
     pub async fn health(&self) -> Result<Health, ClientError> {
         match self.get(Endpoint::Health).await {
             Ok(_) => Ok(Health::Ready),
-            Err(ClientError::Loading { .. }) => Ok(Health::Loading),
+            Err(ClientError::Loading { .. }) | Err(ClientError::Status { status: 503, .. }) => {
+                Ok(Health::Loading)
+            }
             Err(e) => Err(e),
         }
     }
@@ -285,6 +289,10 @@ impl EngineClient {
             .map_err(|e| ClientError::Transport { url: url.to_owned(), reason: e.to_string() })?;
         let response = self.http.request(request).await.map_err(|e| self.transport_error(url, &e))?;
         let status = response.status();
+        // A declared length over the cap is refused before reading; `Limited` catches chunked bodies.
+        if hyper::body::Body::size_hint(response.body()).lower() > MAX_BODY_BYTES as u64 {
+            return Err(ClientError::BodyTooLarge { url: url.to_owned(), limit: MAX_BODY_BYTES });
+        }
         let body = Limited::new(response.into_body(), MAX_BODY_BYTES).collect().await.map_err(|e| {
             if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 ClientError::BodyTooLarge { url: url.to_owned(), limit: MAX_BODY_BYTES }
@@ -407,6 +415,38 @@ mod tests {
         let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let err = EngineClient::new(addr).health().await.unwrap_err();
         assert!(err.is_connection_refused(), "{err}");
+    }
+
+    /// A one-connection HTTP server that answers every request with `response`.
+    async fn answer_once(response: &'static str) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket.write_all(response.as_bytes()).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn health_reads_any_503_as_loading_and_500_as_an_error() {
+        let loading =
+            answer_once("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 7\r\n\r\nwarming").await;
+        assert_eq!(EngineClient::new(loading).health().await.unwrap(), Health::Loading);
+        let broken = answer_once("HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\noops").await;
+        let err = EngineClient::new(broken).health().await.unwrap_err();
+        assert!(matches!(err, ClientError::Status { status: 500, ref body, .. } if body == "oops"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn oversized_body_is_refused() {
+        // Claims a body far over the cap; the client must stop before reading it all.
+        let addr = answer_once("HTTP/1.1 200 OK\r\ncontent-length: 99999999\r\n\r\nx").await;
+        let err = EngineClient::new(addr).props().await.unwrap_err();
+        assert!(matches!(err, ClientError::BodyTooLarge { .. }), "{err}");
     }
 
     #[tokio::test]
