@@ -403,6 +403,17 @@ mod tests {
     }
 
     #[test]
+    fn client_and_its_futures_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: T) {}
+        let client = EngineClient::new(([127, 0, 0, 1], 9).into());
+        send_sync(&client);
+        send(client.load());
+        send(client.slots());
+        send(client.health());
+    }
+
+    #[test]
     fn gauges_round_and_clamp() {
         assert_eq!(gauge_u32(2.0), 2);
         assert_eq!(gauge_u32(-1.0), 0);
