@@ -5,12 +5,13 @@
 //! yields [`ClientError::Timeout`] instead of blocking its caller. A refused connection (engine not
 //! started or exited) is its own error kind, because supervision treats it differently from a hang.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -19,7 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::load::{LoadSignal, TokenRate};
 use crate::metrics::{EngineMetrics, MetricsError};
 use crate::props::{EngineProps, PropsError};
-use crate::slots::{parse_slots, SlotsError};
+use crate::slots::{parse_slot_reports, SlotsError};
 use crate::SlotLoad;
 
 /// Default deadline of one request. Health probes of a loaded engine answer in about a millisecond.
@@ -46,6 +47,7 @@ pub enum Endpoint {
     Props,
     Metrics,
     Slots,
+    Tokenize,
 }
 
 impl Endpoint {
@@ -55,6 +57,7 @@ impl Endpoint {
             Endpoint::Props => "/props",
             Endpoint::Metrics => "/metrics",
             Endpoint::Slots => "/slots",
+            Endpoint::Tokenize => "/tokenize",
         }
     }
 }
@@ -85,6 +88,8 @@ pub enum ClientError {
     Slots { url: String, source: SlotsError },
     #[error("{url}: {source}")]
     Props { url: String, source: PropsError },
+    #[error("{url}: answer is not {{\"tokens\": [...]}}")]
+    Tokenize { url: String },
     #[error("engine at {addr} offers neither /metrics nor /slots: no load signal")]
     NoLoadSurface { addr: SocketAddr },
 }
@@ -101,12 +106,14 @@ impl ClientError {
 }
 
 /// One engine's HTTP surface. Cheap to share behind an `Arc`; `load()` keeps the previous token tally
-/// to turn counters into a rate.
+/// to turn counters into a rate, and `slots()` the sizes of prompts being prefilled.
 pub struct EngineClient {
     addr: SocketAddr,
     timeout: Duration,
-    http: Client<HttpConnector, Empty<Bytes>>,
+    http: Client<HttpConnector, Full<Bytes>>,
     rate: Mutex<TokenRate>,
+    /// Prompt length per (slot, task) for requests still prefilling; pruned to the active ones.
+    prompt_sizes: Mutex<HashMap<(u32, i64), u64>>,
 }
 
 impl EngineClient {
@@ -120,18 +127,28 @@ impl EngineClient {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(connector);
-        Self { addr, timeout, http, rate: Mutex::new(TokenRate::default()) }
+        Self {
+            addr,
+            timeout,
+            http,
+            rate: Mutex::new(TokenRate::default()),
+            prompt_sizes: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `/health`: 200 is ready, 503 `Loading model` is loading; anything else is an error.
+    /// `/health`: 200 is ready, 503 is loading; anything else is an error. llama-server says
+    /// `Loading model` in its 503; any 503 from `/health` counts as loading so an engine with other
+    /// wording (dflash_server) is not taken for a failed one while it loads.
     pub async fn health(&self) -> Result<Health, ClientError> {
         match self.get(Endpoint::Health).await {
             Ok(_) => Ok(Health::Ready),
-            Err(ClientError::Loading { .. }) => Ok(Health::Loading),
+            Err(ClientError::Loading { .. }) | Err(ClientError::Status { status: 503, .. }) => {
+                Ok(Health::Loading)
+            }
             Err(e) => Err(e),
         }
     }
@@ -152,9 +169,55 @@ impl EngineClient {
     }
 
     /// `/slots` (llama-server started with `--slots`).
+    ///
+    /// `/slots` does not show the length of a prompt that is still being prefilled, only the part
+    /// done so far; such a prompt is sized once per request with `/tokenize` (answered by the
+    /// engine's HTTP thread, not queued behind inference), so `waiting_prompt_tokens()` sees it.
     pub async fn slots(&self) -> Result<Vec<SlotLoad>, ClientError> {
         let body = self.get(Endpoint::Slots).await?;
-        parse_slots(&body).map_err(|source| ClientError::Slots { url: self.url(Endpoint::Slots), source })
+        let reports = parse_slot_reports(&body)
+            .map_err(|source| ClientError::Slots { url: self.url(Endpoint::Slots), source })?;
+        let mut active = Vec::new();
+        let mut slots = Vec::with_capacity(reports.len());
+        for report in reports {
+            let mut load = report.load;
+            if let (Some(task), Some(prompt)) = (report.task_id, report.pending_prompt) {
+                let key = (load.id, task);
+                active.push(key);
+                let known = self.lock_prompt_sizes().get(&key).copied();
+                let total = match known {
+                    Some(total) => total,
+                    None => {
+                        let total = self.count_tokens(&prompt).await?;
+                        self.lock_prompt_sizes().insert(key, total);
+                        total
+                    }
+                };
+                load.prompt_tokens = load.prompt_tokens.max(total);
+            }
+            slots.push(load);
+        }
+        self.lock_prompt_sizes().retain(|key, _| active.contains(key));
+        Ok(slots)
+    }
+
+    /// Tokens in `text` as this engine's tokenizer counts them (special tokens parsed, none added:
+    /// the prompt text `/slots` shows already carries them).
+    pub async fn count_tokens(&self, text: &str) -> Result<u64, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Tokens {
+            tokens: Vec<serde_json::Value>,
+        }
+        let request = serde_json::json!({ "content": text, "add_special": false, "parse_special": true });
+        let body = self.send(Method::POST, Endpoint::Tokenize, Bytes::from(request.to_string())).await?;
+        let tokens: Tokens = serde_json::from_slice(&body)
+            .map_err(|_| ClientError::Tokenize { url: self.url(Endpoint::Tokenize) })?;
+        Ok(tokens.tokens.len() as u64)
+    }
+
+    fn lock_prompt_sizes(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, i64), u64>> {
+        // A poisoned lock only means another caller panicked mid-update; the sizes are still valid.
+        self.prompt_sizes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The load signal: the deferred-queue gauge from `/metrics`, per-slot progress from `/slots`, and the
@@ -200,25 +263,36 @@ impl EngineClient {
 
     /// GET one endpoint and return its body on 200.
     async fn get(&self, endpoint: Endpoint) -> Result<Bytes, ClientError> {
+        self.send(Method::GET, endpoint, Bytes::new()).await
+    }
+
+    /// One request under the deadline; the body on 200.
+    async fn send(&self, method: Method, endpoint: Endpoint, body: Bytes) -> Result<Bytes, ClientError> {
         let url = self.url(endpoint);
-        match tokio::time::timeout(self.timeout, self.fetch(&url)).await {
+        match tokio::time::timeout(self.timeout, self.fetch(method, &url, body)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout { url, after: self.timeout }),
         }
     }
 
-    async fn fetch(&self, url: &str) -> Result<Bytes, ClientError> {
+    async fn fetch(&self, method: Method, url: &str, body: Bytes) -> Result<Bytes, ClientError> {
         let uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| ClientError::Transport {
             url: url.to_owned(),
             reason: e.to_string(),
         })?;
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(uri)
-            .body(Empty::<Bytes>::new())
+        let mut request = Request::builder().method(method).uri(uri);
+        if !body.is_empty() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(body))
             .map_err(|e| ClientError::Transport { url: url.to_owned(), reason: e.to_string() })?;
         let response = self.http.request(request).await.map_err(|e| self.transport_error(url, &e))?;
         let status = response.status();
+        // A declared length over the cap is refused before reading; `Limited` catches chunked bodies.
+        if hyper::body::Body::size_hint(response.body()).lower() > MAX_BODY_BYTES as u64 {
+            return Err(ClientError::BodyTooLarge { url: url.to_owned(), limit: MAX_BODY_BYTES });
+        }
         let body = Limited::new(response.into_body(), MAX_BODY_BYTES).collect().await.map_err(|e| {
             if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 ClientError::BodyTooLarge { url: url.to_owned(), limit: MAX_BODY_BYTES }
@@ -329,6 +403,17 @@ mod tests {
     }
 
     #[test]
+    fn client_and_its_futures_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: T) {}
+        let client = EngineClient::new(([127, 0, 0, 1], 9).into());
+        send_sync(&client);
+        send(client.load());
+        send(client.slots());
+        send(client.health());
+    }
+
+    #[test]
     fn gauges_round_and_clamp() {
         assert_eq!(gauge_u32(2.0), 2);
         assert_eq!(gauge_u32(-1.0), 0);
@@ -341,6 +426,38 @@ mod tests {
         let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let err = EngineClient::new(addr).health().await.unwrap_err();
         assert!(err.is_connection_refused(), "{err}");
+    }
+
+    /// A one-connection HTTP server that answers every request with `response`.
+    async fn answer_once(response: &'static str) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket.write_all(response.as_bytes()).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn health_reads_any_503_as_loading_and_500_as_an_error() {
+        let loading =
+            answer_once("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 7\r\n\r\nwarming").await;
+        assert_eq!(EngineClient::new(loading).health().await.unwrap(), Health::Loading);
+        let broken = answer_once("HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\noops").await;
+        let err = EngineClient::new(broken).health().await.unwrap_err();
+        assert!(matches!(err, ClientError::Status { status: 500, ref body, .. } if body == "oops"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn oversized_body_is_refused() {
+        // Claims a body far over the cap; the client must stop before reading it all.
+        let addr = answer_once("HTTP/1.1 200 OK\r\ncontent-length: 99999999\r\n\r\nx").await;
+        let err = EngineClient::new(addr).props().await.unwrap_err();
+        assert!(matches!(err, ClientError::BodyTooLarge { .. }), "{err}");
     }
 
     #[tokio::test]

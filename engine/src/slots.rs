@@ -8,7 +8,8 @@
 //! In llama.cpp 0c1e57098bba `n_prompt_tokens` counts the tokens in the slot's KV cache (cached,
 //! prefilled and generated), not the request's prompt, and the prompt's total length is not shown
 //! while it is being prefilled. So the prompt size is the KV size less the generated tokens, and a
-//! slot that has generated nothing yet is still prefilling.
+//! slot that has generated nothing yet is still prefilling. For such a slot the report keeps the
+//! request's prompt text (which `/slots` carries), so the client can size it with `/tokenize`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -34,6 +35,8 @@ struct RawSlot {
     n_prompt_tokens_processed: Option<i64>,
     n_prompt_tokens_cache: Option<i64>,
     next_token: Option<Value>,
+    id_task: Option<i64>,
+    prompt: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,13 +45,28 @@ struct RawNextToken {
     n_remain: Option<i64>,
 }
 
+/// One slot as parsed, with what sizing a prompt that is still being prefilled needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotReport {
+    pub load: SlotLoad,
+    /// The request in the slot, so its prompt is sized once, not on every poll.
+    pub task_id: Option<i64>,
+    /// The request's prompt text while it is being prefilled; `None` once decoding started.
+    pub pending_prompt: Option<String>,
+}
+
 /// Parses a `/slots` body into per-slot load.
 pub fn parse_slots(body: &[u8]) -> Result<Vec<SlotLoad>, SlotsError> {
+    Ok(parse_slot_reports(body)?.into_iter().map(|r| r.load).collect())
+}
+
+/// Parses a `/slots` body, keeping the prompt text of slots that are prefilling.
+pub fn parse_slot_reports(body: &[u8]) -> Result<Vec<SlotReport>, SlotsError> {
     let entries: Vec<Value> = serde_json::from_slice(body).map_err(|_| SlotsError::NotAnArray)?;
     entries.into_iter().enumerate().map(|(index, entry)| slot_from_value(index, entry)).collect()
 }
 
-fn slot_from_value(index: usize, entry: Value) -> Result<SlotLoad, SlotsError> {
+fn slot_from_value(index: usize, entry: Value) -> Result<SlotReport, SlotsError> {
     let bad = |reason: String| SlotsError::BadSlot { index, reason };
     let raw: RawSlot = serde_json::from_value(entry).map_err(|e| bad(e.to_string()))?;
     let id = raw.id.ok_or_else(|| bad("no `id`".into()))?;
@@ -64,7 +82,8 @@ fn slot_from_value(index: usize, entry: Value) -> Result<SlotLoad, SlotsError> {
         (non_negative(raw.n_prompt_tokens_cache) + non_negative(raw.n_prompt_tokens_processed))
             .min(prompt_tokens)
     };
-    Ok(SlotLoad {
+    let prefilling = is_processing && decoded == 0;
+    let load = SlotLoad {
         id,
         is_processing,
         prompt_tokens,
@@ -72,7 +91,12 @@ fn slot_from_value(index: usize, entry: Value) -> Result<SlotLoad, SlotsError> {
         decoded_tokens: decoded,
         // -1 means the request has no generation limit.
         remaining_tokens: next.n_remain.and_then(|n| u64::try_from(n).ok()),
-    })
+    };
+    let pending_prompt = match raw.prompt {
+        Some(Value::String(text)) if prefilling && !text.is_empty() => Some(text),
+        _ => None,
+    };
+    Ok(SlotReport { load, task_id: raw.id_task, pending_prompt })
 }
 
 /// `next_token` is `[{...}]` in current llama.cpp and `{...}` in older builds.
@@ -144,6 +168,19 @@ mod tests {
             "next_token":[{"n_remain":64,"n_decoded":0}]}]"#;
         let slot = &parse_slots(body).unwrap()[0];
         assert_eq!((slot.prompt_tokens, slot.prompt_processed, slot.decoded_tokens), (300, 300, 0));
+    }
+
+    #[test]
+    fn prompt_text_is_kept_only_while_prefilling() {
+        let body = br#"[{"id":0,"id_task":7,"is_processing":true,"n_prompt_tokens":64,"prompt":"<s>hello",
+            "next_token":[{"n_remain":10,"n_decoded":0}]},
+            {"id":1,"id_task":8,"is_processing":true,"n_prompt_tokens":90,"prompt":"<s>hi",
+            "next_token":[{"n_remain":10,"n_decoded":4}]}]"#;
+        let reports = parse_slot_reports(body).unwrap();
+        assert_eq!((reports[0].task_id, reports[0].pending_prompt.as_deref()), (Some(7), Some("<s>hello")));
+        assert_eq!((reports[1].task_id, reports[1].pending_prompt.as_deref()), (Some(8), None));
+        let busy = parse_slot_reports(BUSY.as_bytes()).unwrap();
+        assert!(busy.iter().all(|r| r.pending_prompt.is_none()), "the captured stream was decoding");
     }
 
     #[test]

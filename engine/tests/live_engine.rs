@@ -6,7 +6,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lucebox_engine::{ClientError, Health, LoadSignal};
-use support::{chat_completion, llama_server_path, signal, LiveEngine};
+use support::{
+    chat_completion, chat_completion_with, llama_server_path, signal, wait_all_threads_stopped, LiveEngine,
+};
 
 const TEST_LIMIT: Duration = Duration::from_secs(90);
 
@@ -87,7 +89,8 @@ async fn load_follows_a_streaming_completion_and_counters_move() {
         while !stream.is_finished() {
             let load = engine.client.load().await.unwrap();
             rates.extend(load.tokens_per_s);
-            if busy.is_none() && load.remaining_tokens() > 0 && load.active_streams() == 1 {
+            let decoding = load.slots.iter().any(|s| s.is_processing && s.decoded_tokens > 0);
+            if busy.is_none() && decoding && load.remaining_tokens() > 0 && load.active_streams() == 1 {
                 busy = Some(load);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -137,6 +140,7 @@ async fn hung_engine_times_out_and_exited_engine_refuses() {
         signal(pid, "STOP");
         let hung =
             lucebox_engine::EngineClient::with_timeout(engine.client.addr(), Duration::from_millis(300));
+        wait_all_threads_stopped(pid);
         let err = hung.health().await.unwrap_err();
         assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
         signal(pid, "CONT");
@@ -146,6 +150,58 @@ async fn hung_engine_times_out_and_exited_engine_refuses() {
         engine.stop().await;
         let err = lucebox_engine::EngineClient::new(addr).health().await.unwrap_err();
         assert!(err.is_connection_refused(), "{err}");
+    })
+    .await
+    .unwrap();
+}
+
+/// `/slots` shows a prefilling request's prompt text only when the engine runs with
+/// `LLAMA_SERVER_SLOTS_DEBUG=1`; with it the client sizes the prompt and the wait becomes visible.
+#[tokio::test]
+async fn a_prompt_being_prefilled_shows_as_waiting_tokens() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        // Small batches make the prefill take many engine iterations, with /slots answered between.
+        let engine = LiveEngine::spawn_with(&["-b", "8", "-ub", "8"], &[("LLAMA_SERVER_SLOTS_DEBUG", "1")]);
+        engine.wait_ready(Duration::from_secs(30)).await;
+        let words = 120; // about 600 tokens: the tiny vocabulary spells "hello" in 5 pieces
+        let content = vec!["hello"; words].join(" ");
+        let prompt_size = engine.client.count_tokens(&content).await.unwrap();
+        assert!(prompt_size >= words as u64, "{prompt_size}");
+
+        let port = engine.port;
+        let request = tokio::spawn(async move { chat_completion_with(port, &content, 4, false).await });
+        let mut prefilling = None;
+        let mut decoding_prompt = None;
+        while !request.is_finished() {
+            let load = engine.client.load().await.unwrap();
+            if let Some(slot) = load.slots.iter().find(|s| s.is_processing) {
+                if slot.decoded_tokens == 0 && load.waiting_prompt_tokens() > 0 && prefilling.is_none() {
+                    prefilling = Some((slot.clone(), load.waiting_prompt_tokens(), load.active_streams()));
+                }
+                if slot.decoded_tokens > 0 {
+                    decoding_prompt = Some(slot.prompt_tokens);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let response = request.await.unwrap();
+        assert!(response.contains(r#""finish_reason":"length""#), "{response}");
+
+        let (slot, waiting, streams) = prefilling.expect("no reading caught the prompt being prefilled");
+        // The chat template adds a handful of tokens around the user message.
+        assert!((prompt_size..prompt_size + 32).contains(&slot.prompt_tokens), "{slot:?} vs {prompt_size}");
+        assert_eq!(waiting, slot.prompt_tokens - slot.prompt_processed);
+        assert_eq!(streams, 0, "a prefilling slot is not a decoding stream");
+        if let Some(decoding) = decoding_prompt {
+            // Re-tokenizing the detokenized prompt may differ by a few tokens from the original.
+            let tolerance = (decoding / 100).max(4);
+            assert!(
+                decoding.abs_diff(slot.prompt_tokens) <= tolerance,
+                "sized {} vs {decoding} once decoding",
+                slot.prompt_tokens
+            );
+        }
+        engine.stop().await;
     })
     .await
     .unwrap();

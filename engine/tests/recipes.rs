@@ -81,3 +81,56 @@ fn tiny_model_is_small_and_byte_identical_across_runs() {
     assert!((300_000..1_000_000).contains(&first.len()), "{} bytes", first.len());
     assert!(first == second, "two runs wrote different bytes");
 }
+
+/// Runs the recipe end to end with a stand-in `cmake` first on PATH that records its arguments and
+/// produces a binary, so the script's plumbing (flags, install, BUILD-INFO) is checked in seconds.
+#[test]
+fn recipe_configures_builds_and_installs_with_build_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let src = dir.path().join("src");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("CMakeLists.txt"), "").unwrap();
+    let log = dir.path().join("cmake.log");
+    let fake_cmake = format!(
+        "#!/bin/sh\necho \"$*\" >> {log}\nif [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; \
+         printf '#!/bin/sh\\n' > \"$2/bin/llama-server\"; fi\n",
+        log = log.display()
+    );
+    std::fs::write(bin.join("cmake"), fake_cmake).unwrap();
+    Command::new("chmod").arg("+x").arg(bin.join("cmake")).status().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+
+    let run = |variant: &str| {
+        Command::new("bash")
+            .arg(Path::new(REPO_ROOT).join("engine/recipes/build.sh"))
+            .args([variant, src.to_str().unwrap(), out.to_str().unwrap()])
+            .env("PATH", &path)
+            .env("JOBS", "1")
+            .output()
+            .unwrap()
+    };
+    let cpu = run("cpu");
+    assert!(cpu.status.success(), "{}", String::from_utf8_lossy(&cpu.stderr));
+    assert_eq!(String::from_utf8(cpu.stdout).unwrap().trim(), out.join("llama-server").to_str().unwrap());
+    assert!(out.join("llama-server").is_file());
+    let info = std::fs::read_to_string(out.join("BUILD-INFO")).unwrap();
+    assert!(info.contains("variant=cpu\n") && info.contains("llama_cpp_commit=0c1e57098bba\n"), "{info}");
+
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let mut lines = calls.lines();
+    let configure = lines.next().unwrap();
+    assert!(configure.starts_with(&format!("-S {} -B ", src.display())), "{configure}");
+    assert!(configure.ends_with(&flags("cpu").join(" ")), "configure used other flags: {configure}");
+    assert!(lines.next().unwrap().contains("--target llama-server -j1"));
+
+    // A GPU variant without its toolchain stops before configuring.
+    if Command::new("sh").args(["-c", "command -v nvcc"]).output().unwrap().stdout.is_empty() {
+        let cuda = run("cuda");
+        assert!(!cuda.status.success());
+        assert!(String::from_utf8_lossy(&cuda.stderr).contains("nvcc missing"));
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2, "cmake ran for cuda");
+    }
+}

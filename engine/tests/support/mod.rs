@@ -76,6 +76,11 @@ pub struct LiveEngine {
 impl LiveEngine {
     /// Spawns the engine (2 slots of 4096 tokens, one thread) without waiting for it.
     pub fn spawn() -> Self {
+        Self::spawn_with(&[], &[])
+    }
+
+    /// As [`spawn`](Self::spawn), with extra engine arguments and environment.
+    pub fn spawn_with(extra: &[&str], env: &[(&str, &str)]) -> Self {
         let server =
             llama_server_path(std::env::var("LUCEBOX_LLAMA_SERVER").ok()).unwrap_or_else(|e| panic!("{e}"));
         let dir = tempfile::tempdir().unwrap();
@@ -87,6 +92,8 @@ impl LiveEngine {
             .arg(&model)
             .args(["-t", "1", "-c", "8192", "-np", "2", "--host", "127.0.0.1", "--metrics", "--slots"])
             .args(["--port", &port.to_string()])
+            .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -126,8 +133,13 @@ impl LiveEngine {
 /// Sends one chat completion over a plain socket and returns the whole response (headers and body).
 /// Streaming responses are read to the end, so this returns when generation finishes.
 pub async fn chat_completion(port: u16, max_tokens: u32, stream: bool) -> String {
+    chat_completion_with(port, "hello there", max_tokens, stream).await
+}
+
+/// As [`chat_completion`] with the user message `content` (plain words: no JSON escaping done).
+pub async fn chat_completion_with(port: u16, content: &str, max_tokens: u32, stream: bool) -> String {
     let body = format!(
-        r#"{{"messages":[{{"role":"user","content":"hello there"}}],"max_tokens":{max_tokens},"stream":{stream},"ignore_eos":true}}"#
+        r#"{{"messages":[{{"role":"user","content":"{content}"}}],"max_tokens":{max_tokens},"stream":{stream},"ignore_eos":true}}"#
     );
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
@@ -146,4 +158,23 @@ pub fn signal(pid: u32, name: &str) {
     let status =
         std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().unwrap();
     assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Waits until every thread of `pid` is stopped: a group stop reaches each thread on its own, and a
+/// thread already running can still answer a request right after kill(1) returns.
+pub fn wait_all_threads_stopped(pid: u32) {
+    let start = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let all_stopped = tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // Field 3, after the parenthesised command name, is the state.
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+        });
+        if all_stopped {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "threads of {pid} not all stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
