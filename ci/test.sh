@@ -37,6 +37,6 @@ if [ -f ci/lint.sh ]; then
   step "lint Dockerfiles, manifests and units"
   bash ci/lint.sh
 fi
-step "cargo test"
-cargo test --workspace --no-fail-fast -- --test-threads="${LUCEBOX_TEST_THREADS:-2}"
+step "cargo test (release profile: shares the dependency build with the CPU image)"
+cargo test --release --workspace --no-fail-fast -- --test-threads="${LUCEBOX_TEST_THREADS:-2}"
 step "done"
