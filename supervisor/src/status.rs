@@ -48,6 +48,10 @@ pub struct EngineStatus {
     pub variant: String,
     pub profile: String,
     pub port: u16,
+    /// `process` or `docker`.
+    pub runtime: String,
+    /// Process id or container id of the running engine.
+    pub instance: Option<String>,
     pub restarts: u32,
     pub last_exit: Option<String>,
     /// Why this engine runs something other than the plan's first choice, if it does.

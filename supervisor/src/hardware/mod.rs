@@ -12,6 +12,7 @@ mod nvidia;
 mod pci;
 mod pci_ids;
 mod root;
+mod sysfs;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,10 @@ pub struct Host {
     /// DMI board identity, used to pick firmware hooks.
     pub board: Board,
     pub drivers: Drivers,
+    /// `x86_64` or `aarch64`.
+    pub cpu_arch: String,
+    /// CPU features the CPU engine build depends on (avx2, avx512f, ...).
+    pub cpu_flags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
