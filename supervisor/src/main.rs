@@ -140,7 +140,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-
 fn sys_root(args: &RootArgs) -> anyhow::Result<SysRoot> {
     match &args.root {
         Some(dir) => {
