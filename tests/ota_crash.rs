@@ -108,6 +108,13 @@ fn kill_at(b: &Box_, step: &str) {
             break;
         }
     }
+    // While it holds the update, the lock is visible and a second updater is refused.
+    let status = b.status();
+    let holder = status["lock"].as_str().unwrap_or_default();
+    assert!(holder.contains(&format!("pid {}", child.id())) && holder.contains("ota apply"), "{status}");
+    let second = b.apply_v2("/bin/true");
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("update locked by pid"), "{second:?}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
         .unwrap();
     child.wait().unwrap();

@@ -45,8 +45,12 @@ for i in range(n_layer):
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 "#;
 
-/// The CPU llama-server `ci/build-engine.sh` built (it prints the path; builds if missing).
+/// The CPU llama-server: `LUCEBOX_LLAMA_SERVER` (set by ci/test.sh), else what
+/// `ci/build-engine.sh` prints (it builds when missing).
 fn llama_server() -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_LLAMA_SERVER") {
+        return path.into();
+    }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/build-engine.sh");
     let out = std::process::Command::new("bash").arg(script).output().unwrap();
     assert!(out.status.success(), "build-engine.sh: {}", String::from_utf8_lossy(&out.stderr));
@@ -132,8 +136,21 @@ async fn a_set_with_a_corrupt_model_never_gets_healthy_and_rolls_back() {
     let (www, state, sets) = (tmp.path().join("www"), tmp.path().join("state"), tmp.path().join("sets"));
     std::fs::create_dir_all(www.join("models")).unwrap();
     let tiny = www.join("models/tiny.gguf");
-    let out = std::process::Command::new("python3").arg("-c").arg(TINY_MODEL_PY).arg(&tiny).output().unwrap();
-    assert!(out.status.success(), "making the tiny model: {}", String::from_utf8_lossy(&out.stderr));
+    match std::env::var_os("LUCEBOX_TINY_MODEL") {
+        // The pinned model ci/test.sh made; any loadable model serves this test.
+        Some(pinned) => {
+            std::fs::copy(pinned, &tiny).unwrap();
+        }
+        None => {
+            let out = std::process::Command::new("python3")
+                .arg("-c")
+                .arg(TINY_MODEL_PY)
+                .arg(&tiny)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "making the tiny model: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
     let good = std::fs::read(&tiny).unwrap();
     // Signed and hashed like any model, but cut short: the engine cannot load it.
     let broken = good[..good.len() / 2].to_vec();

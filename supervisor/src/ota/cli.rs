@@ -109,8 +109,12 @@ pub struct PublishArgs {
     /// Signatures each role needs (only when creating the root).
     #[arg(long, default_value_t = NonZeroU64::MIN)]
     threshold: NonZeroU64,
+    /// Days until targets, snapshot and timestamp expire (re-publish before then).
     #[arg(long, default_value_t = 30)]
     expires_days: u32,
+    /// Days until a newly created root expires (boxes refuse an expired root).
+    #[arg(long, default_value_t = 1825)]
+    root_expires_days: u32,
     #[arg(long)]
     json: bool,
 }
@@ -241,7 +245,10 @@ async fn run_ota(config: &Config, command: OtaCommand) -> anyhow::Result<ExitCod
                 root: args.root,
                 keys: args.keys,
                 threshold: args.threshold,
-                expiry: Expiry::days_from_now(args.expires_days),
+                expiry: Expiry {
+                    root: Expiry::days_from_now(args.root_expires_days).root,
+                    ..Expiry::days_from_now(args.expires_days)
+                },
                 metadata_version: None,
             })
             .await?;

@@ -21,6 +21,9 @@ use super::store::{SetStore, StoreError, CURRENT, PREVIOUS};
 use super::transport::OtaTransport;
 
 const SOURCE: &str = "ota";
+/// Largest profile set accepted (profiles and pins are text; model weights travel separately),
+/// so a signed-but-absurd set cannot exhaust memory or disk while it is verified and unpacked.
+pub const MAX_SET_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OtaError {
@@ -42,6 +45,8 @@ pub enum OtaError {
     NotNewer { offered: u64, committed: u64 },
     #[error("downloaded set: {0}")]
     Mismatch(String),
+    #[error("offered set is {length} bytes, more than the {MAX_SET_BYTES} a profile set may have")]
+    TooLarge { length: u64 },
     #[error("no previous set to roll back to")]
     NothingToRollBack,
     #[error("restoring the committed set also failed ({restore}) after: {reason}")]
@@ -169,6 +174,9 @@ impl Updater {
         }
         if offer.version < committed {
             return Err(OtaError::NotNewer { offered: offer.version, committed });
+        }
+        if offer.length > MAX_SET_BYTES {
+            return Err(OtaError::TooLarge { length: offer.length });
         }
         self.status.update(|s| s.ota.state = OtaState::Available { version: offer.version });
         self.status.event(
@@ -449,5 +457,74 @@ async fn pause(pause_after: Option<Step>, step: Step) {
         println!("ota: paused after {step}");
         let _ = std::io::stdout().flush();
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    fn setup() -> (tempfile::TempDir, OtaPaths, SetStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = OtaPaths { state_dir: dir.path().to_path_buf(), models_dir: dir.path().join("models") };
+        let store = SetStore::new(dir.path());
+        for sha in [A, B] {
+            store
+                .install(
+                    &archive::build(&[("manifest.toml".into(), b"version = 1\n".to_vec())]).unwrap(),
+                    sha,
+                )
+                .unwrap();
+        }
+        (dir, paths, store)
+    }
+
+    #[test]
+    fn an_interrupted_first_install_leaves_no_active_set() {
+        let (_dir, paths, store) = setup();
+        store.point(CURRENT, A).unwrap();
+        let record = Record {
+            state: OtaState::Activating { version: 1 },
+            committed: None,
+            previous: None,
+            candidate: Some(SetRef { sha256: A.into(), version: 1 }),
+        };
+        record.save(&paths.ota_dir()).unwrap();
+        let status = StatusModel::new();
+        let recovered = recover(&paths, &status).unwrap();
+        assert_eq!(store.linked(CURRENT).unwrap(), None);
+        assert!(matches!(recovered.state, OtaState::RolledBack { version: 1, .. }));
+        assert_eq!(recovered.candidate, None);
+        assert_eq!(Record::load(&paths.ota_dir()).unwrap(), recovered, "recovery is persisted");
+        assert_eq!(status.snapshot().ota.state, recovered.state);
+    }
+
+    #[test]
+    fn a_link_that_disagrees_with_the_committed_set_is_restored() {
+        let (_dir, paths, store) = setup();
+        store.point(CURRENT, B).unwrap();
+        let record = Record {
+            state: OtaState::Committed { version: 1 },
+            committed: Some(SetRef { sha256: A.into(), version: 1 }),
+            ..Record::default()
+        };
+        record.save(&paths.ota_dir()).unwrap();
+        recover(&paths, &StatusModel::new()).unwrap();
+        assert_eq!(store.linked(CURRENT).unwrap().as_deref(), Some(A));
+        // A consistent box is left exactly as it is.
+        let before = Record::load(&paths.ota_dir()).unwrap();
+        recover(&paths, &StatusModel::new()).unwrap();
+        assert_eq!(Record::load(&paths.ota_dir()).unwrap(), before);
+    }
+
+    #[test]
+    fn steps_parse_and_print() {
+        for step in ["download", "verify", "unpack", "swap", "activation"] {
+            assert_eq!(step.parse::<Step>().unwrap().to_string(), step);
+        }
+        assert!("reboot".parse::<Step>().is_err());
     }
 }
