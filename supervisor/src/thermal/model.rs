@@ -30,7 +30,7 @@ const MIN_STEP_W: f64 = 25.0;
 const SLOPE_NOISE: f64 = 0.05;
 const PARAMS: usize = 5;
 /// Largest gap between power and junction-filtered power for a settled window.
-const SETTLED_W: f64 = 40.0;
+const SETTLED_W: f64 = 12.0;
 /// Generic ambient the model measures from (inside a case).
 const AMBIENT_PRIOR_C: f64 = 30.0;
 const FORMAT_VERSION: u32 = 1;
