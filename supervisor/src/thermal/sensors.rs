@@ -85,26 +85,28 @@ impl SensorSource for HwmonSensors {
 /// NVIDIA through NVML: GPU temperature, power usage (mW) and fan speed (%).
 pub struct NvmlSensors {
     nvml: Nvml,
-    bus_id: String,
+    index: u32,
     limit_c: f64,
 }
 
 impl NvmlSensors {
     pub fn open(bus_id: &str, lib: Option<&Path>) -> Result<Self, SensorError> {
         let nvml = super::actuator::load_nvml(lib).map_err(|e| SensorError::Nvml(e.to_string()))?;
+        let index =
+            super::actuator::nvml_index_of(&nvml, bus_id).map_err(|e| SensorError::Nvml(e.to_string()))?;
         let limit_c = nvml
-            .device_by_pci_bus_id(bus_id)
+            .device_by_index(index)
             .and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown))
             .map(|t| t as f64 - 5.0)
             .unwrap_or(DEFAULT_LIMIT_C - 7.0);
-        Ok(Self { nvml, bus_id: bus_id.to_string(), limit_c })
+        Ok(Self { nvml, index, limit_c })
     }
 }
 
 impl SensorSource for NvmlSensors {
     fn read(&mut self) -> Result<Readings, SensorError> {
         let err = |e: nvml_wrapper::error::NvmlError| SensorError::Nvml(e.to_string());
-        let device = self.nvml.device_by_pci_bus_id(self.bus_id.as_str()).map_err(err)?;
+        let device = self.nvml.device_by_index(self.index).map_err(err)?;
         let junction_c = device.temperature(TemperatureSensor::Gpu).map_err(err)? as f64;
         let power_w = device.power_usage().ok().map(|mw| mw as f64 / 1000.0);
         let fan_duty_pct = device.fan_speed(0).ok().map(|p| p as f64);

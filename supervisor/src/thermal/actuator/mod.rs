@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 pub use hook::FirmwareHook;
 pub use hwmon::HwmonPwm;
-pub use nvml::{load as load_nvml, reset_all as reset_all_nvml, NvmlFan};
+pub use nvml::{index_of as nvml_index_of, load as load_nvml, reset_all as reset_all_nvml, NvmlFan};
 pub use od_curve::OdFanCurve;
 
 use crate::hardware::{Device, SysRoot, Vendor};

@@ -12,7 +12,7 @@ const DEFAULT_MIN_DUTY_PCT: f64 = 30.0;
 
 pub struct NvmlFan {
     nvml: Nvml,
-    bus_id: String,
+    index: u32,
     fans: u32,
     range: FanRange,
 }
@@ -29,12 +29,35 @@ pub fn load(lib: Option<&Path>) -> Result<Nvml, ActuatorError> {
     }
 }
 
+/// `0000:01:00.0` and NVML's `00000000:01:00.0` name the same device.
+fn same_bus_id(a: &str, b: &str) -> bool {
+    let tail = |s: &str| {
+        let s = s.trim().to_ascii_lowercase();
+        let (domain, rest) =
+            s.split_once(':').map(|(d, r)| (d.to_string(), r.to_string())).unwrap_or_default();
+        (u32::from_str_radix(&domain, 16).ok(), rest)
+    };
+    tail(a) == tail(b)
+}
+
+/// NVML's index of the device at PCI address `bus_id`.
+pub fn index_of(nvml: &Nvml, bus_id: &str) -> Result<u32, ActuatorError> {
+    for index in 0..nvml.device_count().map_err(nvml_err)? {
+        let device = nvml.device_by_index(index).map_err(nvml_err)?;
+        if device.pci_info().is_ok_and(|p| same_bus_id(&p.bus_id, bus_id)) {
+            return Ok(index);
+        }
+    }
+    Err(ActuatorError::Nvml(format!("no device at {bus_id}")))
+}
+
 impl NvmlFan {
     /// The device at PCI address `bus_id` (e.g. `0000:01:00.0`).
     pub fn open(bus_id: &str, lib: Option<&Path>) -> Result<Self, ActuatorError> {
         let nvml = load(lib)?;
+        let index = index_of(&nvml, bus_id)?;
         let (fans, min) = {
-            let device = nvml.device_by_pci_bus_id(bus_id).map_err(nvml_err)?;
+            let device = nvml.device_by_index(index).map_err(nvml_err)?;
             let fans = device.num_fans().map_err(nvml_err)?;
             let min = device.min_max_fan_speed().map(|(min, _)| min as f64).unwrap_or(DEFAULT_MIN_DUTY_PCT);
             (fans, min)
@@ -44,14 +67,14 @@ impl NvmlFan {
         }
         // A device that says it may spin at 0 % still only gets there through auto.
         let range = FanRange { min_duty_pct: min.max(1.0), zero_rpm: true };
-        Ok(Self { nvml, bus_id: bus_id.to_string(), fans, range })
+        Ok(Self { nvml, index, fans, range })
     }
 
     fn each_fan(
         &self,
         mut f: impl FnMut(&mut nvml_wrapper::Device<'_>, u32) -> Result<(), nvml_wrapper::error::NvmlError>,
     ) -> Result<(), ActuatorError> {
-        let mut device = self.nvml.device_by_pci_bus_id(self.bus_id.as_str()).map_err(nvml_err)?;
+        let mut device = self.nvml.device_by_index(self.index).map_err(nvml_err)?;
         for fan in 0..self.fans {
             f(&mut device, fan).map_err(nvml_err)?;
         }
@@ -97,4 +120,16 @@ pub fn reset_all(lib: Option<&Path>) -> Result<u32, ActuatorError> {
         }
     }
     Ok(reset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_compare_across_domain_widths() {
+        assert!(same_bus_id("0000:01:00.0", "00000000:01:00.0"));
+        assert!(same_bus_id("0000:C5:00.0", "00000000:c5:00.0"));
+        assert!(!same_bus_id("0000:01:00.0", "00000000:02:00.0"));
+    }
 }

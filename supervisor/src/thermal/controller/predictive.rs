@@ -15,7 +15,7 @@ const HORIZON_S: f64 = 90.0;
 /// How long a candidate duty is held before the plan escapes to full speed.
 const HOLD_S: f64 = 8.0;
 /// Kept under the limit for sensor resolution, noise and model error.
-const MARGIN_C: f64 = 2.5;
+const MARGIN_C: f64 = 1.5;
 /// Duty added on the way up so small rises do not each cost a change.
 const UP_HEADROOM_PCT: f64 = 3.0;
 /// The fan slows only when it could go this much lower ...
@@ -150,10 +150,6 @@ impl Controller for Predictive {
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let duty = self.smooth(required).max(floor);
-        if std::env::var_os("LBDEBUG").is_some() {
-            let m = &self.model.params;
-            eprintln!("t={} tj={} p={} req={required:.1} duty={duty:.1} rjs={:.4} sink={:?} res0={:.1} pw0={:.0} pf={:.0} large={:.1}s", obs.t_s, obs.junction_c, obs.power_w, m.r_js_k_per_w, m.sink.map(|v| (v*1e5).round()/1e5), reserve[0], power[0], self.forecast.prefill_w(), self.forecast.large_prefill_s());
-        }
         self.duty = Some(duty);
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
