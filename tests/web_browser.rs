@@ -197,7 +197,6 @@ impl Browser {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     }
-
 }
 
 /// Ends the session (and so the browser) even when an assertion failed; killing chromedriver
@@ -205,7 +204,10 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         use std::io::{Read, Write};
-        let request = format!("DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", self.session, self.driver);
+        let request = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.session, self.driver
+        );
         if let Ok(mut stream) = std::net::TcpStream::connect_timeout(&self.driver, Duration::from_secs(2)) {
             let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
             let _ = stream.write_all(request.as_bytes());
