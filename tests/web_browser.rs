@@ -330,6 +330,15 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
         .await;
     browser.screenshot(&screenshot_path()).await;
 
+    // Phone-sized: everything fits the width (wide tables scroll inside their own box).
+    browser.command("POST", "window/rect", Some(&json!({ "width": 412, "height": 915 }))).await;
+    let overflow = browser
+        .eval("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert_eq!(overflow, 0, "the page is wider than a phone screen");
+    browser.screenshot(&screenshot_path().with_file_name("web-status-phone.png")).await;
+    browser.command("POST", "window/rect", Some(&json!({ "width": 1000, "height": 1500 }))).await;
+
     // The engine goes down: the page keeps updating and says so.
     engine.kill().await.unwrap();
     browser
