@@ -20,5 +20,5 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 echo "status body: $(curl -s "http://127.0.0.1:$port/api/v1/status" | wc -c) bytes; $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-wrk -t2 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$port/api/v1/status"
+wrk -t"${WRK_THREADS:-2}" -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$port/api/v1/status"
 wait "$server"
