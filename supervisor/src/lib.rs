@@ -5,6 +5,7 @@
 //! Data flows one way: `hardware` → `plan` → `runtime`; the runtime's load signal → `thermal`.
 //! Every part publishes what it knows to the one [`status::StatusModel`] that `web` reads.
 
+pub mod appliance;
 pub mod config;
 pub mod fsutil;
 pub mod hardware;
@@ -13,5 +14,7 @@ pub mod ota;
 pub mod plan;
 pub mod runtime;
 pub mod status;
+pub mod supervise;
 pub mod thermal;
+pub mod version;
 pub mod web;

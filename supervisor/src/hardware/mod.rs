@@ -152,6 +152,28 @@ pub struct Telemetry {
     pub hwmon_path: Option<String>,
 }
 
+impl Detection {
+    /// Nothing found (used when a probe task itself failed).
+    pub fn empty() -> Self {
+        Detection {
+            host: Host {
+                cpu_model: "unknown CPU".into(),
+                cores: 1,
+                threads: 1,
+                memory_mib: 0,
+                in_container: false,
+                kernel: None,
+                board: Board::default(),
+                drivers: Drivers::default(),
+                cpu_arch: String::new(),
+                cpu_flags: Vec::new(),
+            },
+            devices: Vec::new(),
+            warnings: vec!["detection failed".into()],
+        }
+    }
+}
+
 /// Options for one detection run.
 #[derive(Debug, Clone, Default)]
 pub struct DetectOptions {
