@@ -35,8 +35,12 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// The CPU engine built by ci/build-engine.sh (it prints the binary's path).
+/// The CPU engine: `$LUCEBOX_LLAMA_SERVER` (set by ci/test.sh), else what ci/build-engine.sh
+/// prints.
 fn engine_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_LLAMA_SERVER") {
+        return PathBuf::from(path);
+    }
     let out = std::process::Command::new("bash").arg(repo().join("ci/build-engine.sh")).output().unwrap();
     assert!(out.status.success(), "ci/build-engine.sh failed: {}", String::from_utf8_lossy(&out.stderr));
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim());
@@ -44,7 +48,11 @@ fn engine_binary() -> PathBuf {
     path
 }
 
+/// The tiny model: `$LUCEBOX_TINY_MODEL` (set by ci/test.sh), else written by ci/make-tiny-model.py.
 fn tiny_model(dir: &Path) -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_TINY_MODEL") {
+        return PathBuf::from(path);
+    }
     let model = dir.join("tiny.gguf");
     let status = std::process::Command::new("python3")
         .arg(repo().join("ci/make-tiny-model.py"))
