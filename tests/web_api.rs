@@ -61,6 +61,8 @@ fn engine(state: EngineState, tokens_per_s: f64) -> EngineStatus {
         variant: "cpu-avx2".into(),
         profile: "tiny-test".into(),
         port: 8080,
+        runtime: "process".into(),
+        instance: None,
         restarts: 1,
         last_exit: None,
         fallback_reason: None,

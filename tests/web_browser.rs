@@ -103,6 +103,8 @@ async fn publish_engine_state(
                     variant: "cpu".into(),
                     profile: "tiny-test".into(),
                     port: engine.port(),
+                    runtime: "process".into(),
+                    instance: None,
                     restarts: 0,
                     last_exit: None,
                     fallback_reason: None,

@@ -44,7 +44,7 @@ function renderEngines(engines) {
         el("dt", {}, "Engine build"), el("dd", {}, e.variant),
         el("dt", {}, "Tokens/s"), el("dd", { class: "tokens" }, e.load ? load.tokens_per_s.toFixed(1) : "—"),
         el("dt", {}, "Queue"), el("dd", {}, e.load ? `${load.requests_processing} running, ${load.requests_deferred} waiting` : "—"),
-        el("dt", {}, "Port"), el("dd", {}, e.port),
+        el("dt", {}, "Runs as"), el("dd", {}, `${e.runtime}${e.instance ? " " + e.instance.slice(0, 12) : ""}, port ${e.port}`),
         el("dt", {}, "Restarts"), el("dd", {}, e.restarts),
         el("dt", {}, "Since"), el("dd", {}, time(e.since_unix_ms))));
     if (e.fallback_reason) card.append(el("p", { class: "note" }, "Fallback: " + e.fallback_reason));
