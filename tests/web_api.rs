@@ -61,6 +61,8 @@ fn engine(state: EngineState, tokens_per_s: f64) -> EngineStatus {
         variant: "cpu-avx2".into(),
         profile: "tiny-test".into(),
         port: 8080,
+        runtime: "process".into(),
+        instance: None,
         restarts: 1,
         last_exit: None,
         fallback_reason: None,
@@ -162,6 +164,11 @@ async fn status_routes_show_the_model() {
     assert_eq!(events.as_array().unwrap().last().unwrap()["message"], "engine-0 restarted");
     assert!(server.get("/api/v1/devices").await.json().is_null(), "no detection yet");
     assert_eq!(server.get("/api/v1/version").await.json()["version"], env!("CARGO_PKG_VERSION"));
+    let page = server.get("/").await;
+    assert!(page.body.contains("<title>Lucebox</title>"));
+    assert!(page.header("content-security-policy").unwrap().contains("default-src 'self'"));
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,7 +361,8 @@ async fn slow_and_idle_clients_are_dropped() {
     assert!(closed, "slow client still connected after {:?}", started.elapsed());
     assert!(started.elapsed() < Duration::from_secs(4), "dropped only after {:?}", started.elapsed());
 
-    // A kept-alive connection that goes quiet is closed after the idle timeout.
+    // A kept-alive connection that goes quiet is closed (the head-read timer runs from the end of
+    // the previous response).
     let mut idle = TcpStream::connect(server.addr).await.unwrap();
     idle.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", server.host()).as_bytes())
         .await

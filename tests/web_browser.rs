@@ -35,8 +35,12 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// The CPU engine built by ci/build-engine.sh (it prints the binary's path).
+/// The CPU engine: `$LUCEBOX_LLAMA_SERVER` (set by ci/test.sh), else what ci/build-engine.sh
+/// prints.
 fn engine_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_LLAMA_SERVER") {
+        return PathBuf::from(path);
+    }
     let out = std::process::Command::new("bash").arg(repo().join("ci/build-engine.sh")).output().unwrap();
     assert!(out.status.success(), "ci/build-engine.sh failed: {}", String::from_utf8_lossy(&out.stderr));
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim());
@@ -44,7 +48,11 @@ fn engine_binary() -> PathBuf {
     path
 }
 
+/// The tiny model: `$LUCEBOX_TINY_MODEL` (set by ci/test.sh), else written by ci/make-tiny-model.py.
 fn tiny_model(dir: &Path) -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_TINY_MODEL") {
+        return PathBuf::from(path);
+    }
     let model = dir.join("tiny.gguf");
     let status = std::process::Command::new("python3")
         .arg(repo().join("ci/make-tiny-model.py"))
@@ -95,6 +103,8 @@ async fn publish_engine_state(
                     variant: "cpu".into(),
                     profile: "tiny-test".into(),
                     port: engine.port(),
+                    runtime: "process".into(),
+                    instance: None,
                     restarts: 0,
                     last_exit: None,
                     fallback_reason: None,
@@ -329,6 +339,15 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
         )
         .await;
     browser.screenshot(&screenshot_path()).await;
+
+    // Phone-sized: everything fits the width (wide tables scroll inside their own box).
+    browser.command("POST", "window/rect", Some(&json!({ "width": 412, "height": 915 }))).await;
+    let overflow = browser
+        .eval("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert_eq!(overflow, 0, "the page is wider than a phone screen");
+    browser.screenshot(&screenshot_path().with_file_name("web-status-phone.png")).await;
+    browser.command("POST", "window/rect", Some(&json!({ "width": 1000, "height": 1500 }))).await;
 
     // The engine goes down: the page keeps updating and says so.
     engine.kill().await.unwrap();

@@ -55,9 +55,6 @@ enum Command {
 enum WebCommand {
     /// Serve the page with live detection and no actions (try-out and load runs).
     Serve {
-        /// Show this captured detection (`lucebox detect --json` output) instead of probing.
-        #[arg(long, value_name = "FILE")]
-        detection: Option<PathBuf>,
         /// Stop after this many seconds.
         #[arg(long, value_name = "S")]
         duration: Option<u64>,
@@ -170,13 +167,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             lucebox::web::cli::print_token(&load_config(cli.config.as_deref())?)?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Web(WebCommand::Serve { detection, duration })) => {
+        Some(Command::Web(WebCommand::Serve { duration })) => {
             let config = load_config(cli.config.as_deref())?;
-            lucebox::web::cli::serve_standalone(
-                &config,
-                detection.as_deref(),
-                duration.map(std::time::Duration::from_secs),
-            )?;
+            lucebox::web::cli::serve_standalone(&config, duration.map(std::time::Duration::from_secs))?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),

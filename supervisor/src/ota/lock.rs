@@ -188,6 +188,8 @@ mod tests {
                     variant: String::new(),
                     profile: String::new(),
                     port: 8080,
+                    runtime: "process".into(),
+                    instance: None,
                     restarts: 0,
                     last_exit: None,
                     fallback_reason: None,

@@ -1,7 +1,6 @@
 //! CLI edge of the web layer: `lucebox token` and `lucebox web serve` (the page on its own,
 //! for trying it out and for load runs, with a 1 Hz loop whose lateness it reports).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,25 +30,12 @@ struct TickLateness {
     worst: Duration,
 }
 
-/// Serves the page with no actions until Ctrl-C or `duration`, showing live detection or a
-/// captured one (`detection`: the output of `lucebox detect --json`), with a 1 Hz loop that
-/// updates the status model as the supervisor's control loop does.
-pub fn serve_standalone(
-    config: &Config,
-    detection: Option<&Path>,
-    duration: Option<Duration>,
-) -> anyhow::Result<()> {
-    let detection = match detection {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("{}: not a detection", path.display()))?
-        }
-        None => {
-            let root = config.root.clone().map(SysRoot::new).unwrap_or_else(SysRoot::live);
-            hardware::detect(&root, &DetectOptions::default())
-        }
-    };
+/// Serves the page with no actions until Ctrl-C or `duration`, showing the detection of this
+/// machine (or of the captured tree `config.root`), with a 1 Hz loop that updates the status
+/// model as the supervisor's control loop does.
+pub fn serve_standalone(config: &Config, duration: Option<Duration>) -> anyhow::Result<()> {
+    let root = config.root.clone().map(SysRoot::new).unwrap_or_else(SysRoot::live);
+    let detection = hardware::detect(&root, &DetectOptions::default());
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let status = StatusModel::new();
@@ -97,7 +83,7 @@ async fn tick_loop(status: StatusModel, cancel: CancellationToken) -> TickLatene
         // A change every second, as the control loop's fresh readings cause: the API's cached
         // encoding and every SSE stream see a new version.
         status.update(|_| {});
-        if uptime_s % 60 == 0 {
+        if uptime_s.is_multiple_of(60) {
             status.event("web", Level::Info, format!("up {uptime_s} s"));
         }
     }

@@ -122,6 +122,8 @@ mod tests {
                 variant: "cpu".into(),
                 profile: "tiny".into(),
                 port: 8080,
+                runtime: "process".into(),
+                instance: None,
                 restarts: 0,
                 last_exit: None,
                 fallback_reason: None,

@@ -5,7 +5,10 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{
+    HeaderMap, HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, WWW_AUTHENTICATE,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 
@@ -19,7 +22,21 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-/// A complete response with `content_type`, never cached (it is live state).
+/// The page loads nothing but its own files and may not be framed (clickjacking).
+const POLICY: &str =
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+
+/// Headers every response carries: live state is never cached, and the browser is told not to
+/// guess types, load foreign content or frame the page.
+pub fn common_headers(headers: &mut HeaderMap, content_type: &'static str) {
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+}
+
+/// A complete response with `content_type`.
 pub fn bytes_response(
     status: StatusCode,
     content_type: &'static str,
@@ -27,9 +44,7 @@ pub fn bytes_response(
 ) -> Response<Body> {
     let mut response = Response::new(full(bytes));
     *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    common_headers(response.headers_mut(), content_type);
     response
 }
 

@@ -25,13 +25,15 @@ use super::WebError;
 pub struct Limits {
     /// Open connections at once; more wait in the kernel's backlog.
     pub max_connections: usize,
-    /// The whole request head must arrive within this (slowloris).
+    /// The whole request head must arrive within this (slowloris); it runs from the end of the
+    /// previous response too, so it is also how long a kept-alive connection may sit unused.
     pub header_read_timeout: Duration,
     /// Request head size, bytes.
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
-    /// A connection with no bytes moving either way for this long is closed.
+    /// A connection with no bytes moving either way for this long is closed (a stalled handler
+    /// or body; SSE keep-alives keep live streams above it).
     pub idle_timeout: Duration,
     /// How long connections may finish their requests once the server stops.
     pub shutdown_grace: Duration,

@@ -11,12 +11,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::Response;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::response::Body;
+use super::response::{common_headers, Body};
 use super::snapshot::StatusJson;
 
 /// Timing of a stream.
@@ -51,9 +50,7 @@ pub fn stream(json: Arc<StatusJson>, timing: SseTiming, cancel: CancellationToke
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(feed(json, tx, timing, cancel));
     let mut response = Response::new(ChannelBody { rx }.boxed());
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    common_headers(response.headers_mut(), "text/event-stream");
     response
 }
 

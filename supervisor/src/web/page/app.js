@@ -44,7 +44,7 @@ function renderEngines(engines) {
         el("dt", {}, "Engine build"), el("dd", {}, e.variant),
         el("dt", {}, "Tokens/s"), el("dd", { class: "tokens" }, e.load ? load.tokens_per_s.toFixed(1) : "—"),
         el("dt", {}, "Queue"), el("dd", {}, e.load ? `${load.requests_processing} running, ${load.requests_deferred} waiting` : "—"),
-        el("dt", {}, "Port"), el("dd", {}, e.port),
+        el("dt", {}, "Runs as"), el("dd", {}, `${e.runtime}${e.instance ? " " + e.instance.slice(0, 12) : ""}, port ${e.port}`),
         el("dt", {}, "Restarts"), el("dd", {}, e.restarts),
         el("dt", {}, "Since"), el("dd", {}, time(e.since_unix_ms))));
     if (e.fallback_reason) card.append(el("p", { class: "note" }, "Fallback: " + e.fallback_reason));
@@ -182,7 +182,11 @@ function drawChart(key, field) {
       ctx.beginPath(); ctx.arc(x(now), y(last), 3, 0, 2 * Math.PI); ctx.fill();
     }
   });
-  legend.replaceChildren(...names.map((n, i) => el("span", {}, el("i", { style: `background:${COLORS[i % COLORS.length]}` }), n)));
+  legend.replaceChildren(...names.map((n, i) => {
+    const swatch = el("i", {});
+    swatch.style.background = COLORS[i % COLORS.length]; // CSSOM, allowed by the page's policy
+    return el("span", {}, swatch, n);
+  }));
 }
 
 function drawCharts() {
