@@ -195,8 +195,6 @@ mod tests {
                     fallback_reason: None,
                     since_unix_ms: 0,
                     load: Some(LoadSnapshot { requests_processing: 1, ..Default::default() }),
-                    runtime: "process".into(),
-                    instance: None,
                 },
             );
         });
