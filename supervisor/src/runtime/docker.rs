@@ -212,18 +212,13 @@ impl EngineRuntime for DockerRuntime {
     }
 
     async fn start(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+        let mut dead = Vec::new();
         for (id, _, running) in self.containers_of(name).await? {
             if running {
                 // Would hold the port (and be a duplicate): gone before the new one starts.
                 self.remove(&id).await?;
             } else {
-                // Dead: removing it does not need to delay the restart.
-                let runtime = self.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = runtime.remove(&id).await {
-                        tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
-                    }
-                });
+                dead.push(id);
             }
         }
         let hash = plan_hash(choice, &self.image);
@@ -240,7 +235,17 @@ impl EngineRuntime for DockerRuntime {
             .await
             .map_err(docker_error("create container"))?;
         let instance = self.instance(name, created.id.clone(), since);
-        if let Err(e) = self.docker.start_container(&created.id, None).await {
+        let started = self.docker.start_container(&created.id, None).await;
+        // Dead predecessors go once the new engine runs: removing them must not delay it.
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            for id in dead {
+                if let Err(err) = runtime.remove(&id).await {
+                    tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
+                }
+            }
+        });
+        if let Err(e) = started {
             self.remove(&created.id).await?;
             return Err(docker_error("start container")(e));
         }
