@@ -168,10 +168,31 @@ fn host_config(launch: &Launch, limits: &ContainerLimits) -> HostConfig {
         binds: Some(model_dirs.iter().map(|d| format!("{d}:{d}:ro")).collect()),
         devices: Some(devices),
         device_requests,
+        group_add: Some(device_groups(&launch.container.devices)),
         memory: limits.memory_bytes,
         pids_limit: Some(limits.pids),
         ..Default::default()
     }
+}
+
+/// The host groups owning the mapped device nodes (`video`, `render` for /dev/kfd and
+/// /dev/dri/*), by number: the engine image runs unprivileged and has no such names.
+fn device_groups(devices: &[String]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut gids: Vec<u32> = Vec::new();
+    for device in devices {
+        let path = Path::new(device);
+        let nodes: Vec<std::path::PathBuf> = match std::fs::read_dir(path) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(_) => vec![path.to_path_buf()],
+        };
+        gids.extend(
+            nodes.iter().filter_map(|n| std::fs::metadata(n).ok()).map(|m| m.gid()).filter(|g| *g != 0),
+        );
+    }
+    gids.sort_unstable();
+    gids.dedup();
+    gids.into_iter().map(|g| g.to_string()).collect()
 }
 
 pub struct DockerInstance {
@@ -196,6 +217,14 @@ impl EngineRuntime for DockerRuntime {
         "docker"
     }
 
+    async fn available(&self) {
+        if self.docker.ping().await.is_err() {
+            tracing::warn!("dockerd does not answer; waiting for it before starting engines");
+            wait_for_daemon(&self.docker, &CancellationToken::new()).await;
+            tracing::info!("dockerd answers again");
+        }
+    }
+
     async fn adopt(&self, name: &str, choice: &Choice) -> Result<Option<DockerInstance>, RuntimeError> {
         let hash = plan_hash(choice, &self.image);
         let mut adopted = None;
@@ -212,18 +241,13 @@ impl EngineRuntime for DockerRuntime {
     }
 
     async fn start(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+        let mut dead = Vec::new();
         for (id, _, running) in self.containers_of(name).await? {
             if running {
                 // Would hold the port (and be a duplicate): gone before the new one starts.
                 self.remove(&id).await?;
             } else {
-                // Dead: removing it does not need to delay the restart.
-                let runtime = self.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = runtime.remove(&id).await {
-                        tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
-                    }
-                });
+                dead.push(id);
             }
         }
         let hash = plan_hash(choice, &self.image);
@@ -240,7 +264,17 @@ impl EngineRuntime for DockerRuntime {
             .await
             .map_err(docker_error("create container"))?;
         let instance = self.instance(name, created.id.clone(), since);
-        if let Err(e) = self.docker.start_container(&created.id, None).await {
+        let started = self.docker.start_container(&created.id, None).await;
+        // Dead predecessors go once the new engine runs: removing them must not delay it.
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            for id in dead {
+                if let Err(err) = runtime.remove(&id).await {
+                    tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
+                }
+            }
+        });
+        if let Err(e) = started {
             self.remove(&created.id).await?;
             return Err(docker_error("start container")(e));
         }
@@ -462,6 +496,23 @@ mod tests {
         assert_eq!(gpus[0].driver.as_deref(), Some("nvidia"));
         assert_eq!(hc.memory, Some(1 << 30));
         assert_eq!(hc.pids_limit, Some(64));
+    }
+
+    #[test]
+    fn device_owner_groups_are_added_by_number() {
+        use std::os::unix::fs::{chown, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("renderD128");
+        std::fs::write(&node, b"").unwrap();
+        // Root can give it a group like a render node's; otherwise it keeps the caller's group.
+        let _ = chown(&node, None, Some(4242));
+        let gid = std::fs::metadata(&node).unwrap().gid();
+        let groups = device_groups(&[dir.path().display().to_string(), "/nonexistent/kfd".into()]);
+        if gid == 0 {
+            assert!(groups.is_empty(), "{groups:?}");
+        } else {
+            assert_eq!(groups, [gid.to_string()]);
+        }
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub trait EngineRuntime: Send + Sync + 'static {
     /// `process` or `docker`, for status and logs.
     fn kind(&self) -> &'static str;
 
+    /// Resolves once the runtime can start engines (dockerd answers). A start attempted while
+    /// it cannot would fail for reasons that say nothing about the engine.
+    fn available(&self) -> impl Future<Output = ()> + Send;
+
     /// An engine named `name` already running exactly `choice` (left by a previous supervisor),
     /// taken over instead of starting a duplicate. Stale engines of that name are removed.
     fn adopt(

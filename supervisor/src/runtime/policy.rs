@@ -68,7 +68,8 @@ impl RestartPolicy {
 /// allowance), then liveness probes; `failures` misses in a row restart a live but hung engine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthPolicy {
-    /// Poll interval while loading, for the first second (a tiny model is ready in ~50 ms).
+    /// Poll interval while loading, for the first second (a tiny model is ready in ~50 ms; a
+    /// refused connection costs microseconds).
     pub startup_fast_interval: Duration,
     /// Poll interval while loading after that.
     pub startup_interval: Duration,
@@ -80,7 +81,7 @@ pub struct HealthPolicy {
 impl Default for HealthPolicy {
     fn default() -> Self {
         Self {
-            startup_fast_interval: Duration::from_millis(10),
+            startup_fast_interval: Duration::from_millis(2),
             startup_interval: Duration::from_millis(250),
             liveness_interval: Duration::from_secs(2),
             liveness_timeout: Duration::from_secs(1),

@@ -37,6 +37,8 @@ impl EngineRuntime for ProcessRuntime {
         "process"
     }
 
+    async fn available(&self) {}
+
     /// A child never outlives its supervisor (parent-death signal), so there is nothing to adopt.
     async fn adopt(&self, _name: &str, _choice: &Choice) -> Result<Option<ProcessInstance>, RuntimeError> {
         Ok(None)

@@ -60,6 +60,14 @@ impl<R: EngineRuntime> Supervisor<R> {
         self.publish_choice(&choices[0]);
         loop {
             let choice = &choices[index];
+            // Waiting for the runtime (dockerd restarting) is not a failure of the engine.
+            tokio::select! {
+                _ = self.cancel.cancelled() => {
+                    self.set_state(EngineState::Stopped, |s| s.instance = None);
+                    return Ok(());
+                }
+                _ = self.runtime.available() => {}
+            }
             let end = match self.launch(choice, std::mem::take(&mut may_adopt)).await {
                 Ok(instance) => self.supervise(instance, choice).await,
                 Err(err) => {

@@ -107,6 +107,7 @@ async fn measure<R: EngineRuntime + Clone>(
     let addr = probe::engine_addr(&choice.launch.host, choice.launch.port)?;
     let settle = Duration::from_secs_f64(args.settle_s);
 
+    let poll = SupervisionPolicy::default().health;
     let mut bare = Vec::new();
     for _ in 0..args.bare_starts {
         let started = Instant::now();
@@ -116,7 +117,8 @@ async fn measure<R: EngineRuntime + Clone>(
                 started.elapsed() < Duration::from_secs(60),
                 "bare start not healthy within 60 s"
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // The supervisor's own startup cadence: the comparison is of restart overhead only.
+            tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
         }
         bare.push(started.elapsed().as_secs_f64() * 1e3);
         instance.stop(Duration::from_secs(5)).await?;

@@ -171,10 +171,10 @@ impl Target {
         }
     }
 
-    /// Running containers of the engine (always 0 for the process runtime).
-    pub async fn containers(&self) -> anyhow::Result<usize> {
+    /// Containers of the engine: (running, all states); always (0, 0) for the process runtime.
+    pub async fn containers(&self) -> anyhow::Result<(usize, usize)> {
         match self {
-            Target::Process => Ok(0),
+            Target::Process => Ok((0, 0)),
             Target::Docker(docker) => {
                 let filters = std::collections::HashMap::from([(
                     "label".to_string(),
@@ -185,7 +185,12 @@ impl Target {
                     filters: Some(filters),
                     ..Default::default()
                 };
-                Ok(docker.list_containers(Some(options)).await?.len())
+                let all = docker.list_containers(Some(options)).await?;
+                let running = all
+                    .iter()
+                    .filter(|c| c.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING))
+                    .count();
+                Ok((running, all.len()))
             }
         }
     }

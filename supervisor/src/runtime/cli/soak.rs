@@ -22,6 +22,9 @@ use crate::plan::Plan;
 use crate::runtime::{run_with, EngineRuntime, ProcessRuntime, RuntimeError, SupervisionPolicy};
 use crate::status::StatusModel;
 
+/// How long a dead engine container may still be listed once its successor is ready.
+const DEAD_CONTAINER_GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fault {
@@ -81,6 +84,9 @@ struct Report {
     supervisor_alive: bool,
     leaked_processes_at_end: usize,
     leaked_containers_at_end: usize,
+    /// Recoveries after which the dead predecessor container was still listed (being removed).
+    dead_container_seen_after_recovery: u32,
+    dead_container_linger_max_ms: f64,
 }
 
 pub async fn soak(args: SoakArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
@@ -108,6 +114,10 @@ pub async fn soak(args: SoakArgs, config_file: Option<&Path>) -> anyhow::Result<
                 k.injected, k.recovered, k.adopted, k.recovery_ms_median, k.recovery_ms_max
             );
         }
+        println!(
+            "  dead predecessor still listed at recovery: {} times, gone within {:.0} ms at most",
+            report.dead_container_seen_after_recovery, report.dead_container_linger_max_ms
+        );
         println!("  invariant violations: {}", report.invariant_violations.len());
         for v in report.invariant_violations.iter().take(20) {
             println!("    {v}");
@@ -181,6 +191,7 @@ async fn run_soak<R: EngineRuntime + Clone>(
     let mut reports: BTreeMap<Fault, KindReport> = BTreeMap::new();
     let mut violations = Vec::new();
     let mut supervisor_alive = true;
+    let (mut lingering, mut max_linger_ms) = (0u32, 0f64);
 
     for n in 0..args.faults {
         let fault = kinds[n as usize % kinds.len()];
@@ -232,12 +243,28 @@ async fn run_soak<R: EngineRuntime + Clone>(
             Err(err) => violations.push(format!("fault {n} ({fault:?}): {err:#}")),
         }
         let processes = harness::engine_pids(port).len();
-        let containers = target.containers().await.unwrap_or(usize::MAX);
-        let expected_containers = usize::from(args.engine.runtime == Kind::Docker);
-        if processes != 1 || containers != expected_containers {
+        let expected = usize::from(args.engine.runtime == Kind::Docker);
+        let (running_now, _) = target.containers().await.unwrap_or((usize::MAX, usize::MAX));
+        if processes != 1 || running_now != expected {
             violations.push(format!(
-                "after fault {n} ({fault:?}): {processes} engine processes, {containers} containers"
+                "after fault {n} ({fault:?}): {processes} engine processes, {running_now} running containers"
             ));
+        }
+        // The dead predecessor is removed in the background once the new engine runs.
+        let lingered = Instant::now();
+        while target.containers().await.map(|(_, all)| all).unwrap_or(usize::MAX) != expected {
+            if lingered.elapsed() > DEAD_CONTAINER_GRACE {
+                violations.push(format!(
+                    "after fault {n} ({fault:?}): dead container still there after {DEAD_CONTAINER_GRACE:?}"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let linger_ms = lingered.elapsed().as_secs_f64() * 1e3;
+        max_linger_ms = max_linger_ms.max(linger_ms);
+        if linger_ms > 25.0 {
+            lingering += 1;
         }
     }
 
@@ -271,7 +298,9 @@ async fn run_soak<R: EngineRuntime + Clone>(
         invariant_violations: violations,
         supervisor_alive,
         leaked_processes_at_end: harness::engine_pids(port).len(),
-        leaked_containers_at_end: target.containers().await?,
+        leaked_containers_at_end: target.containers().await?.1,
+        dead_container_seen_after_recovery: lingering,
+        dead_container_linger_max_ms: max_linger_ms,
     })
 }
 
