@@ -17,6 +17,8 @@ export LUCEBOX_LLAMA_SERVER
 step "write the tiny test model (pinned sha256)"
 LUCEBOX_TINY_MODEL=$(bash ci/make-tiny-model.sh)
 export LUCEBOX_TINY_MODEL
+# The runtime tests read these names.
+export LLAMA_SERVER_BIN=$LUCEBOX_LLAMA_SERVER TINY_MODEL=$LUCEBOX_TINY_MODEL
 
 if [ -f ci/docker.sh ]; then
   step "start dockerd"

@@ -222,7 +222,12 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         let mut times: Vec<f64> = (0..PLAN_TIMING_RUNS)
             .map(|_| {
                 let started = std::time::Instant::now();
-                std::hint::black_box(lucebox::plan::make_plan(&detection, &inputs.manifest, &inputs.profiles, &settings));
+                std::hint::black_box(lucebox::plan::make_plan(
+                    &detection,
+                    &inputs.manifest,
+                    &inputs.profiles,
+                    &settings,
+                ));
                 started.elapsed().as_secs_f64() * 1000.0
             })
             .collect();
