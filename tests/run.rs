@@ -84,6 +84,12 @@ fn run_serves_a_chat_completion_and_stops_cleanly() {
         let body = r#"{"messages":[{"role":"user","content":"hello"}],"max_tokens":4}"#;
         matches!(http(engine_port, "POST", "/v1/chat/completions", body), Some((200, b)) if b.contains("\"choices\""))
     });
+    // The engine's queue reaches the status model through the load publisher (1 Hz).
+    wait_for("the engine's load in the status", Duration::from_secs(15), || {
+        http(web_port, "GET", "/api/v1/engines", "")
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .is_some_and(|e| e["engine-cpu"]["load"].is_object())
+    });
     let (status, body) = http(web_port, "GET", "/api/v1/status", "").expect("status API answers");
     assert_eq!(status, 200);
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
