@@ -107,7 +107,12 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Res
     Ok((status, body))
 }
 
-fn wait_for<T>(what: &str, timeout: Duration, container: &Container, mut probe: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    container: &Container,
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = probe() {
@@ -130,17 +135,20 @@ fn chat() -> Option<serde_json::Value> {
 fn cpu_image_has_the_release_layout_labels_and_provenance() {
     let image = image();
     let labels: serde_json::Value =
-        serde_json::from_str(&docker_ok(&["image", "inspect", "-f", "{{json .Config.Labels}}", image])).unwrap();
+        serde_json::from_str(&docker_ok(&["image", "inspect", "-f", "{{json .Config.Labels}}", image]))
+            .unwrap();
     let revision = labels["org.opencontainers.image.revision"].as_str().unwrap().to_string();
     assert_eq!(labels["dev.lucebox.engine.variants"], "cpu");
-    let entrypoint = docker_ok(&["image", "inspect", "-f", "{{json .Config.Entrypoint}} {{json .Config.Cmd}}", image]);
+    let entrypoint =
+        docker_ok(&["image", "inspect", "-f", "{{json .Config.Entrypoint}} {{json .Config.Cmd}}", image]);
     assert_eq!(entrypoint, r#"["/usr/local/bin/lucebox"] ["run"]"#);
     let health = docker_ok(&["image", "inspect", "-f", "{{json .Config.Healthcheck.Test}}", image]);
     assert!(health.contains("8090/healthz"), "{health}");
 
     // `lucebox version --json` inside reports what the labels say.
     let version: serde_json::Value =
-        serde_json::from_str(&docker_ok(&["run", "--rm", "--network", "host", image, "version", "--json"])).unwrap();
+        serde_json::from_str(&docker_ok(&["run", "--rm", "--network", "host", image, "version", "--json"]))
+            .unwrap();
     assert_eq!(version["image"]["revision"], revision.as_str());
     assert_eq!(version["image"]["variants"], serde_json::json!(["cpu"]));
     assert_eq!(version["git_commit"], revision.as_str(), "binary and image built from one commit");
@@ -151,13 +159,26 @@ fn cpu_image_has_the_release_layout_labels_and_provenance() {
 
     // Every library the engine needs is in the image: it starts and prints its version.
     let out = docker(&[
-        "run", "--rm", "--network", "host", "--entrypoint", "/usr/lib/lucebox/engines/cpu/bin/llama-server", image,
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--entrypoint",
+        "/usr/lib/lucebox/engines/cpu/bin/llama-server",
+        image,
         "--version",
     ]);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("version"), "llama-server --version: {text}");
     let layout = docker_ok(&[
-        "run", "--rm", "--network", "host", "--entrypoint", "/bin/sh", image, "-c",
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--entrypoint",
+        "/bin/sh",
+        image,
+        "-c",
         "test -f /usr/share/lucebox/variants.toml && test -d /usr/share/lucebox/profiles && echo ok",
     ]);
     assert_eq!(layout, "ok");
@@ -179,7 +200,10 @@ fn cpu_image_serves_chat_and_status_recovers_the_engine_and_stops_cleanly() {
     let container = Container::run(&["-v", &volume, image]);
     let first = wait_for("first chat completion", Duration::from_secs(180), &container, chat);
     let cold_start = started.elapsed();
-    eprintln!("FIGURE cold start to first token (docker run -> chat reply): {:.2} s", cold_start.as_secs_f64());
+    eprintln!(
+        "FIGURE cold start to first token (docker run -> chat reply): {:.2} s",
+        cold_start.as_secs_f64()
+    );
     assert!(first["choices"][0]["message"].is_object(), "{first}");
 
     let (status, page) = http(STATUS_PORT, "GET", "/", None).expect("status page");
@@ -216,7 +240,19 @@ fn a_gpu_the_container_cannot_use_is_named_with_the_flag_that_fixes_it() {
     assert!(tree.is_dir(), "{} missing", tree.display());
     let mount = format!("{}:/host:ro", tree.canonicalize().unwrap().display());
 
-    let out = docker(&["run", "--rm", "--network", "host", "-v", &mount, image, "detect", "--root", "/host", "--json"]);
+    let out = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "-v",
+        &mount,
+        image,
+        "detect",
+        "--root",
+        "/host",
+        "--json",
+    ]);
     let detect = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "detect: {}", String::from_utf8_lossy(&out.stderr));
     assert!(detect.contains("--gpus all"), "detect names no NVIDIA fix: {detect}");
