@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CPU-only llama.cpp `llama-server` that the tests and the CPU image run.
+# Builds the CPU-only llama.cpp `llama-server` that the tests and the CPU image run, with the cpu
+# recipe of engine/recipes/build.sh.
 # Source: the llama.cpp tree vendored in the llama-cpp-python sdist on PyPI, pinned by version and
 # sha256. The binary is cached under $LUCEBOX_CACHE keyed by that sha256, so reruns skip the
 # ~11 minute build; a machine without the cache builds it.
@@ -23,9 +24,9 @@ if [ -f "$cache/sdist/$(basename "$tarball")" ]; then
   cp "$cache/sdist/$(basename "$tarball")" "$tarball"
 else
   echo "build-engine: downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist" >&2
-  python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2 ||
-    python3 -m pip download --quiet --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2
+  # Plain download: the registry carries only the sdist for this version. `--no-binary :all:` would
+  # also build the build-backend's own dependencies (CMake) from source.
+  python3 -m pip download --quiet --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2
 fi
 echo "$LLAMA_CPP_PYTHON_SHA256  $tarball" | sha256sum -c --quiet - >&2 ||
   { echo "build-engine: sha256 mismatch for $tarball" >&2; exit 1; }
@@ -35,16 +36,10 @@ tar -C "$work" -xzf "$tarball"
 src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
 [ -f "$src/CMakeLists.txt" ] || { echo "build-engine: no llama.cpp tree in the sdist at $src" >&2; exit 1; }
 
-echo "build-engine: configuring llama.cpp $LLAMA_CPP_COMMIT (CPU only)" >&2
-cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-  -DGGML_NATIVE=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_NUMBER="$LLAMA_CPP_BUILD_NUMBER" -DLLAMA_BUILD_COMMIT="$LLAMA_CPP_COMMIT" >&2
-echo "build-engine: building llama-server with $(nproc) jobs (about 11 minutes on 2 cores)" >&2
-start=$(date +%s)
-cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
-echo "build-engine: built in $(( $(date +%s) - start )) s" >&2
 mkdir -p "$out_dir"
-install -m 0755 "$work/build/bin/llama-server" "$out.tmp"
+# The CPU recipe of the fat image, so tests run the engine the image ships.
+bash "$here/../engine/recipes/build.sh" cpu "$src" "$work/out" >/dev/null
+install -m 0755 "$work/out/llama-server" "$out.tmp"
+cp "$work/out/BUILD-INFO" "$out_dir/BUILD-INFO"
 mv "$out.tmp" "$out"
 echo "$out"

@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/lucebox/lucebox.toml";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/lucebox";
+pub const DEFAULT_ENGINES_DIR: &str = "/usr/lib/lucebox/engines";
+/// Where the image installs its built-in profiles and variants manifest.
+pub const IMAGE_SHARE_DIR: &str = "/usr/share/lucebox";
+/// The source tree's copies, for a supervisor run from a checkout.
+const SOURCE_PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles");
+const SOURCE_VARIANTS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/variants.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -27,7 +33,7 @@ impl From<figment::Error> for ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
     /// Child process inside a container, Docker containers on a host with a Docker socket.
@@ -48,6 +54,8 @@ pub struct Config {
     pub variants_file: Option<PathBuf>,
     /// Where model files live (content-addressed store and plain files named by profiles).
     pub models_dir: Option<PathBuf>,
+    /// Where the image keeps its engine builds (`<engines_dir>/<variant binary>`).
+    pub engines_dir: PathBuf,
     /// Read every sysfs/procfs path below this directory (a captured tree in tests).
     pub root: Option<PathBuf>,
     pub engine: EngineConfig,
@@ -57,6 +65,17 @@ pub struct Config {
     pub pin: BTreeMap<String, Pin>,
     /// Running as the Lucebox appliance (systemd, LAN-facing status page, mDNS).
     pub appliance: bool,
+    pub ota: OtaConfig,
+}
+
+/// Where signed profile updates come from.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtaConfig {
+    /// `http://host/path` or a local directory (USB stick) holding `metadata/` and `targets/`.
+    pub repository: Option<String>,
+    /// The root of trust shipped with the box; default `<state_dir>/ota/root.json`.
+    pub trusted_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,12 +120,14 @@ impl Default for Config {
             profiles_dir: None,
             variants_file: None,
             models_dir: None,
+            engines_dir: PathBuf::from(DEFAULT_ENGINES_DIR),
             root: None,
             engine: EngineConfig::default(),
             web: WebConfig::default(),
             runtime: RuntimeConfig::default(),
             pin: BTreeMap::new(),
             appliance: false,
+            ota: OtaConfig::default(),
         }
     }
 }
@@ -151,7 +172,7 @@ impl Config {
             None => figment = figment.merge(Toml::file(DEFAULT_CONFIG_FILE)),
         }
         let config: Config = figment
-            .merge(Env::prefixed("LUCEBOX_").split("__").ignore(&["config", "log"]))
+            .merge(Env::prefixed("LUCEBOX_").filter(|key| is_config_key(key.as_str())).split("__"))
             .merge(overrides)
             .extract()?;
         config.validate()?;
@@ -174,12 +195,72 @@ impl Config {
         Ok(())
     }
 
+    /// The OTA-installed profile set, when one is active.
+    pub fn active_set_dir(&self) -> PathBuf {
+        self.state_dir.join("sets/current")
+    }
+
+    /// Profiles to plan from: configured, else the active OTA set, else the image's, else the
+    /// source tree's.
+    pub fn profiles_dir(&self) -> PathBuf {
+        first_existing([
+            self.profiles_dir.clone(),
+            Some(self.active_set_dir().join("profiles")),
+            Some(Path::new(IMAGE_SHARE_DIR).join("profiles")),
+        ])
+        .unwrap_or_else(|| PathBuf::from(SOURCE_PROFILES_DIR))
+    }
+
+    /// Variants manifest: configured, else the active OTA set's pins, else the image's, else the
+    /// source tree's.
+    pub fn variants_file(&self) -> PathBuf {
+        first_existing([
+            self.variants_file.clone(),
+            Some(self.active_set_dir().join("variants.toml")),
+            Some(Path::new(IMAGE_SHARE_DIR).join("variants.toml")),
+        ])
+        .unwrap_or_else(|| PathBuf::from(SOURCE_VARIANTS_FILE))
+    }
+
     pub fn models_dir(&self) -> PathBuf {
         self.models_dir.clone().unwrap_or_else(|| self.state_dir.join("models"))
     }
 }
 
+/// Top-level keys of [`Config`]: only `LUCEBOX_<KEY>` variables naming one of these configure the
+/// supervisor; others (`LUCEBOX_LOG`, `LUCEBOX_CONFIG`, tool variables) are left alone.
+const CONFIG_KEYS: &[&str] = &[
+    "state_dir",
+    "profiles_dir",
+    "variants_file",
+    "models_dir",
+    "engines_dir",
+    "root",
+    "engine",
+    "web",
+    "runtime",
+    "pin",
+    "appliance",
+];
+
+fn is_config_key(env_key: &str) -> bool {
+    let top = env_key.split("__").next().unwrap_or_default().to_ascii_lowercase();
+    CONFIG_KEYS.contains(&top.as_str())
+}
+
+/// The first candidate that exists; an explicitly configured path is returned even when missing,
+/// so the error names it instead of silently using another.
+fn first_existing<const N: usize>(candidates: [Option<PathBuf>; N]) -> Option<PathBuf> {
+    let mut iter = candidates.into_iter();
+    if let Some(Some(configured)) = iter.next() {
+        return Some(configured);
+    }
+    iter.flatten().find(|p| p.exists())
+}
+
 #[cfg(test)]
+// figment::Jail's closures must return figment::Error, which is large by design.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 
@@ -197,6 +278,30 @@ mod tests {
             assert_eq!(config.web.port, 9002, "flags beat env");
             Ok(())
         });
+    }
+
+    #[test]
+    fn unrelated_environment_is_ignored_but_config_keys_are_strict() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LUCEBOX_LLAMA_SERVER", "/usr/bin/llama-server");
+            jail.set_env("LUCEBOX_ENGINE__PORT", "9300");
+            let config = Config::load(None, Figment::new()).map_err(|e| e.to_string())?;
+            assert_eq!(config.engine.port, 9300);
+            jail.set_env("LUCEBOX_ENGINE__PROT", "1");
+            let err = Config::load(None, Figment::new()).unwrap_err();
+            assert!(err.to_string().contains("prot"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn config_keys_list_matches_the_struct() {
+        let value = serde_json::to_value(Config::default()).unwrap();
+        let mut keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut listed = CONFIG_KEYS.to_vec();
+        keys.sort();
+        listed.sort();
+        assert_eq!(keys, listed);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod ota;
 pub mod plan;
 pub mod runtime;
 pub mod status;
+pub mod supervise;
 pub mod thermal;
 pub mod version;
 pub mod web;

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use lucebox::config::Config;
 use lucebox::hardware::{self, DetectOptions, SysRoot};
+use lucebox::plan::inputs::PlanInputs;
 
 #[derive(Parser)]
 #[command(name = "lucebox", version, about = "Lucebox inference appliance supervisor")]
@@ -21,10 +23,45 @@ struct Cli {
 enum Command {
     /// List the devices found and host facts.
     Detect(DetectArgs),
+    /// Choose the engine build and model profile for each device, and say why.
+    Plan(PlanArgs),
+    /// The supervisor: detect, plan, keep the engines running, drive the fans, serve the page.
+    Run(RunArgs),
+    /// Engine runtime: run a plan file, benchmark restarts, soak with injected faults.
+    Runtime(lucebox::runtime::cli::RuntimeArgs),
+    /// Print the API bearer token for state-changing requests (created if absent).
+    Token,
+    /// The status page on its own.
+    #[command(subcommand)]
+    Web(WebCommand),
+    /// Signed profile updates: status, check, apply, rollback, publish, bench.
+    #[command(subcommand)]
+    Ota(lucebox::ota::cli::OtaCommand),
+    /// The content-addressed model store: pull, list, gc.
+    #[command(subcommand)]
+    Models(lucebox::ota::cli::ModelsCommand),
+    /// Fan control: bench, offline model fit, reset to firmware auto.
+    Thermal {
+        #[command(subcommand)]
+        cmd: lucebox::thermal::cli::ThermalCommand,
+    },
     /// Build provenance of this binary and, inside the image, of the image.
     Version(VersionArgs),
     /// Install the appliance's systemd unit, firmware hooks, default config and this binary.
     InstallAppliance(InstallApplianceArgs),
+}
+
+#[derive(Subcommand)]
+enum WebCommand {
+    /// Serve the page with live detection and no actions (try-out and load runs).
+    Serve {
+        /// Show this captured detection (`lucebox detect --json` output) instead of probing.
+        #[arg(long, value_name = "FILE")]
+        detection: Option<PathBuf>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "S")]
+        duration: Option<u64>,
+    },
 }
 
 #[derive(Args)]
@@ -66,6 +103,45 @@ struct DetectArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct RunArgs {
+    /// Do not smoke-start the chosen engines before running them.
+    #[arg(long)]
+    no_smoke: bool,
+    /// Engine runtime: auto (child process in a container, Docker on a host), process or docker.
+    #[arg(long, value_name = "MODE")]
+    runtime: Option<lucebox::config::RuntimeMode>,
+    /// NVML library to load instead of the system's libnvidia-ml.so.1.
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    root: RootArgs,
+    /// Profiles directory (default: the active OTA set, the image's, or the source tree's).
+    #[arg(long, value_name = "DIR")]
+    profiles: Option<PathBuf>,
+    /// Variants manifest (default: engine/variants.toml of the image or source tree).
+    #[arg(long, value_name = "FILE")]
+    variants: Option<PathBuf>,
+    /// Check that model files exist in DIR (default: on for this machine, off for --root).
+    #[arg(long, value_name = "DIR")]
+    models: Option<PathBuf>,
+    /// Do not smoke-start the chosen engines (the plan is then unproven).
+    #[arg(long)]
+    no_smoke: bool,
+    /// Show every rejected profile, not only the variants.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Print the planning time (after detection) to stderr.
+    #[arg(long)]
+    timing: bool,
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
@@ -87,6 +163,25 @@ fn init_logging() {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Detect(args)) => detect(args),
+        Some(Command::Plan(args)) => plan(&load_config(cli.config.as_deref())?, args),
+        Some(Command::Run(args)) => run(cli.config.as_deref(), args),
+        Some(Command::Runtime(args)) => lucebox::runtime::cli::dispatch(args, cli.config.as_deref()),
+        Some(Command::Token) => {
+            lucebox::web::cli::print_token(&load_config(cli.config.as_deref())?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Web(WebCommand::Serve { detection, duration })) => {
+            let config = load_config(cli.config.as_deref())?;
+            lucebox::web::cli::serve_standalone(
+                &config,
+                detection.as_deref(),
+                duration.map(std::time::Duration::from_secs),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
+        Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
+        Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd),
         Some(Command::Version(args)) => version(args),
         Some(Command::InstallAppliance(args)) => install_appliance(args),
         None => anyhow::bail!("no command given; try `lucebox --help`"),
@@ -113,6 +208,68 @@ fn detect(args: DetectArgs) -> anyhow::Result<ExitCode> {
         print!("{}", hardware::table::render(&detection));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn load_config(file: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    Ok(Config::load(file, figment::Figment::new())?)
+}
+
+fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let root = sys_root(&args.root)?;
+    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone() };
+    let detection = hardware::detect(&root, &options);
+    let inputs = PlanInputs::load(config, args.profiles.as_deref(), args.variants.as_deref())?;
+    let settings = inputs.settings(config, args.models.clone(), root.is_live());
+    let started = std::time::Instant::now();
+    let mut plan = lucebox::plan::make_plan(&detection, &inputs.manifest, &inputs.profiles, &settings);
+    if args.timing {
+        eprintln!(
+            "planning took {:.3} ms for {} profiles",
+            started.elapsed().as_secs_f64() * 1000.0,
+            inputs.profiles.len()
+        );
+    }
+    if !args.no_smoke && root.is_live() {
+        lucebox::plan::smoke::prove(&mut plan, &detection, &inputs.smoke_settings(config));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan).context("encoding plan")?);
+    } else {
+        print!("{}", lucebox::plan::table::render(&plan, args.verbose));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(config_file: Option<&std::path::Path>, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut overrides = figment::Figment::new();
+    if let Some(mode) = args.runtime {
+        overrides = overrides.merge(figment::providers::Serialized::default("runtime.mode", mode));
+    }
+    let config = Config::load(config_file, overrides)?;
+    let options = lucebox::supervise::RunOptions { no_smoke: args.no_smoke, nvml_lib: args.nvml_lib };
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    tokio.block_on(async move {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(cancel_on_signals(cancel.clone()));
+        lucebox::supervise::run(config, options, cancel).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or SIGINT: stop the engines with their grace period, hand the fans back, exit.
+async fn cancel_on_signals(cancel: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers; stopping");
+        cancel.cancel();
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    cancel.cancel();
 }
 
 fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::hardware::Detection;
@@ -48,6 +48,10 @@ pub struct EngineStatus {
     pub variant: String,
     pub profile: String,
     pub port: u16,
+    /// `process` or `docker`.
+    pub runtime: String,
+    /// Process id or container id of the running engine.
+    pub instance: Option<String>,
     pub restarts: u32,
     pub last_exit: Option<String>,
     /// Why this engine runs something other than the plan's first choice, if it does.
@@ -84,7 +88,7 @@ pub struct ThermalStatus {
     pub safety: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum OtaState {
     #[default]

@@ -1,5 +1,243 @@
-//! AMD probes (stub until the detection commit).
-use super::{pci::PciDevice, Device, Host, SysRoot};
-pub fn probe(_r: &SysRoot, _p: &[&PciDevice], _h: &Host, _w: &mut Vec<String>) -> Vec<Device> {
-    Vec::new()
+//! AMD GPUs through amdgpu sysfs (memory pools, busy, hwmon) and the KFD topology (exact gfx
+//! target). Integrated GPUs (Strix Halo) report a small VRAM carve-out and a large GTT pool:
+//! both are reported, and `usable_mib` counts what a model can really map.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::pci::PciDevice;
+use super::{
+    discrete_usable_mib, pci_ids, sysfs, unified_usable_mib, Device, Driver, Host, Memory, Source, SysRoot,
+    Telemetry, Vendor,
+};
+
+/// Without a table entry, a VRAM pool under this size next to a larger GTT pool means an APU.
+const APU_CARVE_OUT_MAX_MIB: u64 = 4096;
+
+pub fn probe(root: &SysRoot, pci: &[&PciDevice], host: &Host, warnings: &mut Vec<String>) -> Vec<Device> {
+    let kfd = read_kfd_nodes(root, warnings);
+    pci.iter().map(|p| build_device(root, p, kfd.iter().find(|n| n.address == p.address), host)).collect()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct KfdNode {
+    address: String,
+    gfx_target_version: u64,
+    unique_id: Option<u64>,
+}
+
+/// GPU nodes of `/sys/class/kfd/kfd/topology/nodes/*/properties` (CPU nodes have no gfx target).
+fn read_kfd_nodes(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<KfdNode> {
+    let dir = root.path("/sys/class/kfd/kfd/topology/nodes");
+    let Ok(entries) = fs::read_dir(&dir) else { return Vec::new() };
+    let mut nodes = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path().join("properties");
+        let text = match sysfs::read_trimmed(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                warnings.push(format!("kfd: {e}"));
+                continue;
+            }
+        };
+        let props = sysfs::parse_properties(&text);
+        let gfx = sysfs::property_u64(&props, "gfx_target_version").unwrap_or(0);
+        if gfx == 0 {
+            continue;
+        }
+        let (Some(domain), Some(location)) =
+            (sysfs::property_u64(&props, "domain"), sysfs::property_u64(&props, "location_id"))
+        else {
+            warnings.push(format!("kfd: {} lacks domain/location_id", path.display()));
+            continue;
+        };
+        nodes.push(KfdNode {
+            address: kfd_address(domain, location),
+            gfx_target_version: gfx,
+            unique_id: sysfs::property_u64(&props, "unique_id"),
+        });
+    }
+    nodes
+}
+
+/// KFD `location_id` packs bus, device and function as `bus << 8 | device << 3 | function`.
+fn kfd_address(domain: u64, location_id: u64) -> String {
+    let bus = (location_id >> 8) & 0xff;
+    let device = (location_id >> 3) & 0x1f;
+    let function = location_id & 0x7;
+    format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")
+}
+
+fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &Host) -> Device {
+    let known = pci_ids::lookup(pci.vendor_id, pci.device_id);
+    let dir = root.path(Path::new("/").join(&pci.sysfs_dir));
+    let mut warnings = Vec::new();
+    let mut sources = vec![Source::Pci];
+
+    let read_mib = |file: &str, warnings: &mut Vec<String>| match sysfs::read_u64(&dir.join(file)) {
+        Ok(bytes) => Some(sysfs::bytes_to_mib(bytes)),
+        Err(e) if dir.join(file).exists() => {
+            warnings.push(format!("amdgpu: {e}"));
+            None
+        }
+        Err(_) => None,
+    };
+    let vram = read_mib("mem_info_vram_total", &mut warnings);
+    let gtt = read_mib("mem_info_gtt_total", &mut warnings);
+    if vram.is_some() {
+        sources.push(Source::AmdgpuSysfs);
+    }
+    if kfd.is_some() {
+        sources.push(Source::Kfd);
+    }
+
+    let kfd_arch = kfd.and_then(|n| pci_ids::gfx_arch(n.gfx_target_version));
+    if let (Some(k), Some(t)) = (&kfd_arch, known) {
+        if k != t.arch {
+            warnings.push(format!("KFD reports {k} but our table says {} for this id; using {k}", t.arch));
+        }
+    }
+    let arch = kfd_arch.or_else(|| known.map(|k| k.arch.to_string()));
+    if arch.is_none() {
+        warnings
+            .push("gfx target unknown: no KFD topology node for this GPU and it is not in our table".into());
+    }
+
+    let integrated = match known {
+        Some(k) => k.integrated,
+        None => {
+            let guess = matches!((vram, gtt), (Some(v), Some(g)) if v <= APU_CARVE_OUT_MAX_MIB && g > v);
+            if guess {
+                warnings.push("treated as integrated: small VRAM carve-out next to a larger GTT pool".into());
+            }
+            guess
+        }
+    };
+
+    let dedicated = vram.or_else(|| known.filter(|k| !k.integrated).map(|k| k.memory_mib)).unwrap_or(0);
+    let shared = if integrated { gtt.unwrap_or(0) } else { 0 };
+    let usable = if integrated {
+        unified_usable_mib(dedicated, shared, host.memory_mib)
+    } else {
+        discrete_usable_mib(dedicated)
+    };
+    if vram.is_none() {
+        warnings.push(if dedicated > 0 {
+            format!(
+                "memory {dedicated} MiB is the card's specification, not measured (amdgpu sysfs unreadable)"
+            )
+        } else {
+            "memory unknown: amdgpu sysfs has no mem_info_vram_total (is the amdgpu driver bound?)"
+                .to_string()
+        });
+    }
+    if integrated && host.memory_mib > 0 && shared > 0 && shared * 100 <= host.memory_mib * 55 {
+        warnings.push(format!(
+            "GTT pool is {shared} MiB, about half the RAM (the kernel default): raise it with the \
+             amdgpu.gttsize or ttm.pages_limit kernel parameters so models can use more unified memory"
+        ));
+    }
+
+    let hwmon = find_hwmon(&dir);
+    let telemetry = read_telemetry(root, &dir, hwmon.as_deref(), &pci.sysfs_dir);
+    let accessible = amd_accessible(root, pci, host, &mut warnings);
+    let model = known
+        .map(|k| k.model.to_string())
+        .or_else(|| sysfs::read_trimmed(&dir.join("product_name")).ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| format!("AMD GPU {}", pci.pci_id()));
+    let uid = sysfs::read_trimmed(&dir.join("unique_id"))
+        .ok()
+        .or_else(|| kfd.and_then(|n| n.unique_id).map(|u| format!("{u:016x}")))
+        .map(|u| format!("{}:{u}", pci.address));
+
+    Device {
+        id: pci.address.clone(),
+        vendor: Vendor::Amd,
+        model,
+        pci_id: Some(pci.pci_id()),
+        arch,
+        integrated,
+        memory: Memory {
+            dedicated_mib: dedicated,
+            shared_mib: shared,
+            usable_mib: usable,
+            measured: vram.is_some(),
+        },
+        driver: Driver { name: pci.driver.clone(), version: host.drivers.amdgpu.clone() },
+        sources,
+        accessible,
+        warnings,
+        uid,
+        telemetry,
+    }
+}
+
+fn find_hwmon(device_dir: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> =
+        fs::read_dir(device_dir.join("hwmon")).ok()?.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    dirs.into_iter().next()
+}
+
+fn read_telemetry(root: &SysRoot, device_dir: &Path, hwmon: Option<&Path>, sysfs_dir: &Path) -> Telemetry {
+    let value = |file: &str| hwmon.and_then(|h| sysfs::read_u64(&h.join(file)).ok());
+    // temp2 is the junction (hotspot) on amdgpu; APUs may only have temp1 (edge).
+    let temperature_c = value("temp2_input").or_else(|| value("temp1_input")).map(|m| m as f64 / 1000.0);
+    let power_w = value("power1_average").or_else(|| value("power1_input")).map(|uw| uw as f64 / 1_000_000.0);
+    let fan_speed_pct = value("pwm1").map(|p| (p.min(255) as f64) * 100.0 / 255.0);
+    let has_fan = hwmon.is_some_and(|h| h.join("fan1_input").exists());
+    Telemetry {
+        temperature_c,
+        power_w,
+        busy_pct: sysfs::read_u64(&device_dir.join("gpu_busy_percent")).ok().map(|b| b as f64),
+        fans: hwmon.map(|_| u32::from(has_fan)),
+        fan_speed_pct,
+        sysfs_path: Some(sysfs_dir.display().to_string()),
+        hwmon_path: hwmon.and_then(|h| root.relative(h)).map(|p| p.display().to_string()),
+    }
+}
+
+/// ROCm needs `/dev/kfd` and a render node; containers get them only with explicit devices.
+fn amd_accessible(root: &SysRoot, pci: &PciDevice, host: &Host, warnings: &mut Vec<String>) -> bool {
+    if pci.driver.as_deref() != Some("amdgpu") {
+        warnings.push(match pci.driver.as_deref() {
+            Some(other) => {
+                format!("bound to the {other} driver, not amdgpu: the GPU cannot be used for inference")
+            }
+            None => "no driver bound: load the amdgpu kernel module".to_string(),
+        });
+        return false;
+    }
+    let kfd = root.path("/dev/kfd").exists();
+    let render = fs::read_dir(root.path("/dev/dri"))
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("renderD")))
+        .unwrap_or(false);
+    if kfd && render {
+        return true;
+    }
+    warnings.push(if host.in_container {
+        "the GPU is visible on PCI but not usable in this container: run it with \
+         `--device /dev/kfd --device /dev/dri`"
+            .to_string()
+    } else {
+        format!(
+            "missing {}: the amdgpu driver did not create the compute device nodes",
+            if kfd { "/dev/dri/renderD*" } else { "/dev/kfd" }
+        )
+    });
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kfd_location_decodes_to_a_pci_address() {
+        // bus 0x03, device 0, function 0
+        assert_eq!(kfd_address(0, 0x300), "0000:03:00.0");
+        // bus 0xc3, device 0, function 0 (a typical APU iGPU)
+        assert_eq!(kfd_address(0, 0xc300), "0000:c3:00.0");
+        assert_eq!(kfd_address(1, (0x05 << 8) | (0x02 << 3) | 1), "0001:05:02.1");
+    }
 }

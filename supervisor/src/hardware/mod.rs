@@ -12,6 +12,7 @@ mod nvidia;
 mod pci;
 mod pci_ids;
 mod root;
+mod sysfs;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,10 @@ pub struct Host {
     /// DMI board identity, used to pick firmware hooks.
     pub board: Board,
     pub drivers: Drivers,
+    /// `x86_64` or `aarch64`.
+    pub cpu_arch: String,
+    /// CPU features the CPU engine build depends on (avx2, avx512f, ...).
+    pub cpu_flags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -145,6 +150,28 @@ pub struct Telemetry {
     pub sysfs_path: Option<String>,
     /// hwmon directory of the device, relative to the root.
     pub hwmon_path: Option<String>,
+}
+
+impl Detection {
+    /// Nothing found (used when a probe task itself failed).
+    pub fn empty() -> Self {
+        Detection {
+            host: Host {
+                cpu_model: "unknown CPU".into(),
+                cores: 1,
+                threads: 1,
+                memory_mib: 0,
+                in_container: false,
+                kernel: None,
+                board: Board::default(),
+                drivers: Drivers::default(),
+                cpu_arch: String::new(),
+                cpu_flags: Vec::new(),
+            },
+            devices: Vec::new(),
+            warnings: vec!["detection failed".into()],
+        }
+    }
 }
 
 /// Options for one detection run.

@@ -2,10 +2,28 @@
 //!
 //! The plan is what `run` executes: per device group the chosen variant and profile, the rendered
 //! engine command, and the next eligible choices to step down to when the engine crash-loops.
+//! Every candidate considered is kept with the reason it was taken or not.
+
+pub mod inputs;
+pub mod profile;
+pub mod select;
+pub mod smoke;
+pub mod table;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
+use lucebox_engine::variants::{Backend, EngineKind, Manifest, Variant};
 use serde::{Deserialize, Serialize};
+
+use crate::config::Pin;
+use crate::hardware::{Detection, Device, Vendor};
+use profile::Profile;
+
+/// Seconds every engine gets to load before counting as failed, plus the time to read the
+/// model at a slow disk's pace.
+const BASE_STARTUP_ALLOWANCE_S: u64 = 30;
+const SLOW_DISK_MIB_PER_S: u64 = 200;
 
 /// The plan for the whole box: one group per engine that will run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -93,4 +111,304 @@ pub enum Proof {
 pub struct Unplanned {
     pub device: String,
     pub reason: String,
+    /// Every candidate considered, with why it was not taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+}
+
+/// Everything the planner needs besides detection, manifest and profiles.
+#[derive(Debug, Clone)]
+pub struct PlanSettings {
+    /// Where the image keeps its engine builds (`<engines_dir>/<variant.binary>`).
+    pub engines_dir: PathBuf,
+    pub models_dir: PathBuf,
+    /// Reject profiles whose model files are not in `models_dir` (off for captured trees).
+    pub check_models: bool,
+    pub host: String,
+    pub first_port: u16,
+    /// Threads for CPU engines; 0 uses the physical core count.
+    pub threads: u32,
+    /// Per-device (or `default`) pinned profile and variant.
+    pub pins: BTreeMap<String, Pin>,
+}
+
+/// Plans every device: GPUs first, each its own engine; the CPU only when no GPU got one.
+pub fn make_plan(
+    detection: &Detection,
+    manifest: &Manifest,
+    profiles: &[Profile],
+    settings: &PlanSettings,
+) -> Plan {
+    let mut ranked: Vec<&Profile> = profiles.iter().collect();
+    ranked.sort_by(|a, b| b.spec.rank.cmp(&a.spec.rank).then_with(|| a.name.cmp(&b.name)));
+
+    let mut plan = Plan::default();
+    let gpus = detection.devices.iter().filter(|d| d.vendor != Vendor::Cpu);
+    let cpus = detection.devices.iter().filter(|d| d.vendor == Vendor::Cpu);
+    for device in gpus {
+        plan_device(&mut plan, device, detection, manifest, &ranked, settings);
+    }
+    if plan.groups.is_empty() {
+        for device in cpus {
+            plan_device(&mut plan, device, detection, manifest, &ranked, settings);
+        }
+    } else {
+        for device in cpus {
+            plan.unplanned.push(Unplanned {
+                device: device.id.clone(),
+                reason: "GPUs serve the models".into(),
+                candidates: Vec::new(),
+            });
+        }
+    }
+    plan
+}
+
+fn plan_device(
+    plan: &mut Plan,
+    device: &Device,
+    detection: &Detection,
+    manifest: &Manifest,
+    ranked: &[&Profile],
+    settings: &PlanSettings,
+) {
+    let pin = settings.pins.get(&device.id).or_else(|| settings.pins.get("default"));
+    let mut candidates = Vec::new();
+    let mut accepted: Vec<(&Variant, &Profile)> = Vec::new();
+    for variant in &manifest.variant {
+        if let Some(wanted) = pin.and_then(|p| p.variant.as_deref()) {
+            if wanted != variant.name {
+                candidates.push(rejected(
+                    &variant.name,
+                    "*",
+                    format!("variant pinned to {wanted} by configuration"),
+                ));
+                continue;
+            }
+        }
+        let note = match select::variant_fits(variant, device, &detection.host) {
+            Ok(note) => note,
+            Err(reason) => {
+                candidates.push(rejected(&variant.name, "*", reason));
+                continue;
+            }
+        };
+        for profile in ranked {
+            if let Some(wanted) = pin.and_then(|p| p.profile.as_deref()) {
+                if wanted != profile.name {
+                    candidates.push(rejected(
+                        &variant.name,
+                        &profile.name,
+                        format!("profile pinned to {wanted}"),
+                    ));
+                    continue;
+                }
+            }
+            let verdict = select::profile_fits(profile, variant, device)
+                .and_then(|()| model_present(profile, settings));
+            match verdict {
+                Ok(()) => {
+                    candidates.push(Candidate {
+                        variant: variant.name.clone(),
+                        profile: profile.name.clone(),
+                        accepted: true,
+                        reason: format!(
+                            "{note}; needs {} MiB, device has {}",
+                            profile.spec.requirements.min_usable_mib, device.memory.usable_mib
+                        ),
+                    });
+                    accepted.push((variant, profile));
+                }
+                Err(reason) => candidates.push(rejected(&variant.name, &profile.name, reason)),
+            }
+        }
+    }
+    let index = plan.groups.len();
+    let port = settings.first_port.saturating_add(index as u16);
+    let mut choices = accepted.into_iter().filter_map(|(variant, profile)| {
+        let engine = manifest.engine.get(&variant.engine)?;
+        Some(Choice {
+            variant: variant.name.clone(),
+            profile: profile.name.clone(),
+            launch: render_launch(variant, engine, profile, device, detection, settings, port),
+        })
+    });
+    match choices.next() {
+        Some(choice) => plan.groups.push(GroupPlan {
+            name: engine_name(device),
+            devices: vec![device.id.clone()],
+            choice,
+            fallbacks: choices.collect(),
+            candidates,
+            proof: Proof::Unproven,
+        }),
+        None => {
+            let reason = unplanned_reason(device, &candidates);
+            plan.unplanned.push(Unplanned { device: device.id.clone(), reason, candidates });
+        }
+    }
+}
+
+/// One line for a device that got no engine: unusable, models missing, or the closest miss.
+fn unplanned_reason(device: &Device, candidates: &[Candidate]) -> String {
+    if !device.accessible {
+        let why = device.warnings.last().map(String::as_str).unwrap_or("not usable from here");
+        return format!("not usable: {why}");
+    }
+    let mut missing: Vec<&str> = candidates
+        .iter()
+        .filter_map(|c| c.reason.strip_prefix("model file ").and_then(|r| r.split(' ').next()))
+        .collect();
+    missing.dedup();
+    if !missing.is_empty() {
+        return format!("profiles fit but their model files are missing: {}", missing.join(", "));
+    }
+    candidates
+        .iter()
+        .find(|c| c.profile != "*")
+        .or(candidates.first())
+        .map(|c| format!("no variant and profile fit (e.g. {} / {}: {})", c.variant, c.profile, c.reason))
+        .unwrap_or_else(|| "no variant in the manifest".to_string())
+}
+
+fn rejected(variant: &str, profile: &str, reason: String) -> Candidate {
+    Candidate { variant: variant.to_string(), profile: profile.to_string(), accepted: false, reason }
+}
+
+/// `engine-cpu`, `engine-0000-03-00-0`: stable across restarts, so containers can be adopted.
+pub fn engine_name(device: &Device) -> String {
+    format!("engine-{}", device.id.replace([':', '.'], "-"))
+}
+
+/// Where a model file is: a plain file in the store, or its content-addressed copy.
+pub fn model_path(models_dir: &Path, model: &profile::ModelFile) -> PathBuf {
+    let plain = models_dir.join(&model.file);
+    if plain.exists() {
+        return plain;
+    }
+    match &model.sha256 {
+        Some(sha) if models_dir.join("sha256").join(sha).exists() => models_dir.join("sha256").join(sha),
+        _ => plain,
+    }
+}
+
+fn model_present(profile: &Profile, settings: &PlanSettings) -> Result<(), String> {
+    if !settings.check_models {
+        return Ok(());
+    }
+    for model in std::iter::once(&profile.spec.model).chain(profile.spec.draft.as_ref()) {
+        if !model_path(&settings.models_dir, model).exists() {
+            return Err(format!(
+                "model file {} not in {} (`lucebox models pull` fetches it)",
+                model.file,
+                settings.models_dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn render_launch(
+    variant: &Variant,
+    engine: &EngineKind,
+    profile: &Profile,
+    device: &Device,
+    detection: &Detection,
+    settings: &PlanSettings,
+    port: u16,
+) -> Launch {
+    let e = &profile.spec.engine;
+    let model = model_path(&settings.models_dir, &profile.spec.model);
+    let draft = profile.spec.draft.as_ref().map(|d| model_path(&settings.models_dir, d));
+    let threads = match (variant.backend, settings.threads) {
+        (Backend::Cpu, 0) => Some(detection.host.cores),
+        (Backend::Cpu, n) => Some(n),
+        _ => None,
+    };
+    let mut values: BTreeMap<&str, String> = BTreeMap::new();
+    values.insert("model", model.display().to_string());
+    values.insert("host", settings.host.clone());
+    values.insert("port", port.to_string());
+    values.insert("name", profile.name.clone());
+    values.insert("ctx", e.ctx.to_string());
+    values.insert("parallel", e.parallel.to_string());
+    let optional = [
+        ("threads", threads.map(|t| t.to_string())),
+        ("cache_type_k", e.cache_type_k.clone()),
+        ("cache_type_v", e.cache_type_v.clone()),
+        ("draft", draft.as_ref().map(|d| d.display().to_string())),
+        ("draft_budget", e.draft_budget.filter(|_| draft.is_some()).map(|b| b.to_string())),
+        ("lazy_draft", (e.lazy_draft && draft.is_some()).then(String::new)),
+        ("prefix_cache_slots", e.prefix_cache_slots.map(|n| n.to_string())),
+        ("think_max_tokens", e.think_max_tokens.map(|n| n.to_string())),
+        ("cpu_moe_layers", e.cpu_moe_layers.map(|n| n.to_string())),
+    ];
+    for (key, value) in optional {
+        if let Some(value) = value {
+            values.insert(key, value);
+        }
+    }
+    let substitute = |arg: &String| {
+        let mut out = arg.clone();
+        for (key, value) in &values {
+            out = out.replace(&format!("{{{key}}}"), value);
+        }
+        out
+    };
+    let mut args: Vec<String> = engine.args.iter().map(substitute).collect();
+    for (group, group_args) in &engine.optional {
+        if values.contains_key(group.as_str()) {
+            args.extend(group_args.iter().map(substitute));
+        }
+    }
+    args.extend(variant.args.iter().cloned());
+    args.extend(e.extra_args.iter().cloned());
+
+    let mut env = variant.env.clone();
+    let mut container = ContainerNeeds::default();
+    let same_vendor_index = detection
+        .devices
+        .iter()
+        .filter(|d| d.vendor == device.vendor)
+        .position(|d| d.id == device.id)
+        .unwrap_or(0);
+    match (variant.backend, device.vendor) {
+        (Backend::Cuda, _) | (Backend::Vulkan, Vendor::Nvidia) => {
+            let id = device
+                .uid
+                .clone()
+                .filter(|u| u.starts_with("GPU-"))
+                .unwrap_or_else(|| same_vendor_index.to_string());
+            env.insert("CUDA_VISIBLE_DEVICES".into(), id.clone());
+            if variant.backend == Backend::Vulkan {
+                env.insert("GGML_VK_VISIBLE_DEVICES".into(), "0".into());
+            }
+            container.nvidia_gpus.push(id);
+        }
+        (Backend::Rocm, _) => {
+            // ROCR filters at the runtime level; HIP then numbers the visible GPUs from 0.
+            env.insert("ROCR_VISIBLE_DEVICES".into(), same_vendor_index.to_string());
+            container.devices = vec!["/dev/kfd".into(), "/dev/dri".into()];
+        }
+        (Backend::Vulkan, _) => {
+            if let Some(pci) = &device.pci_id {
+                env.insert("MESA_VK_DEVICE_SELECT".into(), format!("{pci}!"));
+            }
+            container.devices = vec!["/dev/dri".into()];
+        }
+        (Backend::Cpu, _) => {}
+    }
+    let model_mib =
+        profile.spec.model.size_mib + profile.spec.draft.as_ref().map(|d| d.size_mib).unwrap_or(0);
+    Launch {
+        engine: variant.engine.clone(),
+        program: settings.engines_dir.join(&variant.binary).display().to_string(),
+        args,
+        env,
+        host: settings.host.clone(),
+        port,
+        model_files: std::iter::once(model).chain(draft).map(|p| p.display().to_string()).collect(),
+        startup_allowance_s: BASE_STARTUP_ALLOWANCE_S + model_mib / SLOW_DISK_MIB_PER_S,
+        container,
+    }
 }

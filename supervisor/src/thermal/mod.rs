@@ -1,1 +1,31 @@
-//! thermal (to be filled by its issue).
+//! Inference-aware fan control: a thermal model learned online per device, a power forecast from
+//! the engine's queue, a model-predictive controller with a safety layer above it, the fan
+//! actuators of each supported card, and the simulator and bench that measure it all.
+
+pub mod actuator;
+pub mod bench;
+pub mod cli;
+pub mod controller;
+mod daemon;
+pub mod fit;
+pub mod forecast;
+pub mod model;
+pub mod plant;
+pub mod reset;
+pub mod safety;
+pub mod sensors;
+pub mod sim;
+pub mod trace;
+
+pub use daemon::{control_loop, control_loop_with, ControlConfig};
+
+use std::path::PathBuf;
+
+/// Errors of the thermal module; each names the file (and key or line) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ThermalError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {field}: {why}")]
+    Invalid { path: PathBuf, field: String, why: String },
+}

@@ -1,0 +1,208 @@
+//! The client against the real CPU llama-server and the tiny model (CI builds both first:
+//! `bash ci/build-engine.sh`, `bash ci/make-tiny-model.sh`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lucebox_engine::{ClientError, Health, LoadSignal};
+use support::{
+    chat_completion, chat_completion_with, llama_server_path, signal, wait_all_threads_stopped, LiveEngine,
+};
+
+const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+#[test]
+fn missing_binary_fails_with_the_build_command() {
+    let err = llama_server_path(Some("/nonexistent/llama-server".into())).unwrap_err();
+    assert!(err.contains("bash ci/build-engine.sh"), "{err}");
+}
+
+#[tokio::test]
+async fn health_goes_from_refused_to_loading_to_ready() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let engine = LiveEngine::spawn();
+        let start = Instant::now();
+        let mut seen: Vec<&'static str> = Vec::new();
+        loop {
+            let state = match engine.client.health().await {
+                Err(e) if e.is_connection_refused() => "refused",
+                Ok(Health::Loading) => "loading",
+                Ok(Health::Ready) => "ready",
+                Err(e) => panic!("unexpected health error: {e}\nlog:\n{}", engine.log()),
+            };
+            if seen.last() != Some(&state) {
+                seen.push(state);
+            }
+            if state == "ready" {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "not ready; states {seen:?}\n{}",
+                engine.log()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Refused only until the socket is bound, loading until the weights are in: never backwards.
+        let expected: &[&[&str]] = &[&["refused", "loading", "ready"], &["loading", "ready"]];
+        assert!(expected.contains(&seen.as_slice()), "health sequence {seen:?}");
+        engine.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn props_describe_the_loaded_model() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let engine = LiveEngine::spawn();
+        engine.wait_ready(Duration::from_secs(30)).await;
+        let props = engine.client.props().await.unwrap();
+        assert_eq!(props.model_path.as_deref(), Some(engine.model.to_str().unwrap()));
+        assert_eq!(props.total_slots, Some(2));
+        assert_eq!(props.n_ctx, Some(4096), "8192 context over 2 slots");
+        assert!(props.build_info.as_deref().unwrap().contains("0c1e57098bba"));
+        engine.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn load_follows_a_streaming_completion_and_counters_move() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let engine = LiveEngine::spawn();
+        engine.wait_ready(Duration::from_secs(30)).await;
+
+        let idle = engine.client.load().await.unwrap();
+        assert!(idle.is_idle(), "{idle:?}");
+        assert_eq!(idle.slots.len(), 2);
+        let before = engine.client.metrics().await.unwrap();
+
+        const MAX_TOKENS: u32 = 3500;
+        let port = engine.port;
+        let stream = tokio::spawn(async move { chat_completion(port, MAX_TOKENS, true).await });
+
+        let mut busy: Option<LoadSignal> = None;
+        let mut rates = Vec::new();
+        while !stream.is_finished() {
+            let load = engine.client.load().await.unwrap();
+            rates.extend(load.tokens_per_s);
+            let decoding = load.slots.iter().any(|s| s.is_processing && s.decoded_tokens > 0);
+            if busy.is_none() && decoding && load.remaining_tokens() > 0 && load.active_streams() == 1 {
+                busy = Some(load);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let response = stream.await.unwrap();
+        assert!(response.contains(r#""finish_reason":"length""#), "stream did not run to max_tokens");
+
+        let busy = busy.expect("no load reading showed the stream in flight");
+        assert_eq!(busy.requests_processing, 1);
+        assert_eq!(busy.requests_deferred, 0);
+        let slot = busy.slots.iter().find(|s| s.is_processing).unwrap();
+        assert!(slot.decoded_tokens > 0 && slot.decoded_tokens < u64::from(MAX_TOKENS), "{slot:?}");
+        assert_eq!(slot.decoded_tokens + slot.remaining_tokens.unwrap(), u64::from(MAX_TOKENS));
+        assert!(slot.prompt_tokens > 0 && slot.prompt_processed == slot.prompt_tokens, "{slot:?}");
+        assert_eq!(busy.waiting_prompt_tokens(), 0);
+        assert!(rates.iter().any(|r| *r > 0.0), "generation rate never positive: {rates:?}");
+
+        // The engine releases the slot as the last chunk goes out: idle again within moments.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let after = loop {
+            let load = engine.client.load().await.unwrap();
+            if load.is_idle() {
+                break load;
+            }
+            assert!(Instant::now() < deadline, "engine never went idle: {load:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(after.remaining_tokens(), 0);
+
+        let metrics = engine.client.metrics().await.unwrap();
+        let predicted = metrics.tokens_predicted_total.unwrap() - before.tokens_predicted_total.unwrap();
+        assert_eq!(predicted, f64::from(MAX_TOKENS));
+        assert!(metrics.prompt_tokens_total.unwrap() > before.prompt_tokens_total.unwrap());
+        engine.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn hung_engine_times_out_and_exited_engine_refuses() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let engine = LiveEngine::spawn();
+        engine.wait_ready(Duration::from_secs(30)).await;
+        let pid = engine.pid();
+
+        signal(pid, "STOP");
+        let hung =
+            lucebox_engine::EngineClient::with_timeout(engine.client.addr(), Duration::from_millis(300));
+        wait_all_threads_stopped(pid);
+        let err = hung.health().await.unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
+        signal(pid, "CONT");
+        engine.wait_ready(Duration::from_secs(10)).await;
+
+        let addr = engine.client.addr();
+        engine.stop().await;
+        let err = lucebox_engine::EngineClient::new(addr).health().await.unwrap_err();
+        assert!(err.is_connection_refused(), "{err}");
+    })
+    .await
+    .unwrap();
+}
+
+/// `/slots` shows a prefilling request's prompt text only when the engine runs with
+/// `LLAMA_SERVER_SLOTS_DEBUG=1`; with it the client sizes the prompt and the wait becomes visible.
+#[tokio::test]
+async fn a_prompt_being_prefilled_shows_as_waiting_tokens() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        // Small batches make the prefill take many engine iterations, with /slots answered between.
+        let engine = LiveEngine::spawn_with(&["-b", "8", "-ub", "8"], &[("LLAMA_SERVER_SLOTS_DEBUG", "1")]);
+        engine.wait_ready(Duration::from_secs(30)).await;
+        let words = 120; // about 600 tokens: the tiny vocabulary spells "hello" in 5 pieces
+        let content = vec!["hello"; words].join(" ");
+        let prompt_size = engine.client.count_tokens(&content).await.unwrap();
+        assert!(prompt_size >= words as u64, "{prompt_size}");
+
+        let port = engine.port;
+        let request = tokio::spawn(async move { chat_completion_with(port, &content, 4, false).await });
+        let mut prefilling = None;
+        let mut decoding_prompt = None;
+        while !request.is_finished() {
+            let load = engine.client.load().await.unwrap();
+            if let Some(slot) = load.slots.iter().find(|s| s.is_processing) {
+                if slot.decoded_tokens == 0 && load.waiting_prompt_tokens() > 0 && prefilling.is_none() {
+                    prefilling = Some((slot.clone(), load.waiting_prompt_tokens(), load.active_streams()));
+                }
+                if slot.decoded_tokens > 0 {
+                    decoding_prompt = Some(slot.prompt_tokens);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let response = request.await.unwrap();
+        assert!(response.contains(r#""finish_reason":"length""#), "{response}");
+
+        let (slot, waiting, streams) = prefilling.expect("no reading caught the prompt being prefilled");
+        // The chat template adds a handful of tokens around the user message.
+        assert!((prompt_size..prompt_size + 32).contains(&slot.prompt_tokens), "{slot:?} vs {prompt_size}");
+        assert_eq!(waiting, slot.prompt_tokens - slot.prompt_processed);
+        assert_eq!(streams, 0, "a prefilling slot is not a decoding stream");
+        if let Some(decoding) = decoding_prompt {
+            // Re-tokenizing the detokenized prompt may differ by a few tokens from the original.
+            let tolerance = (decoding / 100).max(4);
+            assert!(
+                decoding.abs_diff(slot.prompt_tokens) <= tolerance,
+                "sized {} vs {decoding} once decoding",
+                slot.prompt_tokens
+            );
+        }
+        engine.stop().await;
+    })
+    .await
+    .unwrap();
+}

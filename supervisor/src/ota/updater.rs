@@ -1,0 +1,453 @@
+//! One update, step by step: check → download → verify → unpack (+ model files) → swap →
+//! activation → commit, or an automatic rollback to the committed set. Every step that changes
+//! what the box boots is recorded first in the state file, so [`recover`] can undo an
+//! interrupted one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::status::{Level, OtaState, StatusModel};
+
+use super::activate::{ActivationError, Activator};
+use super::archive;
+use super::http::HttpClient;
+use super::lock::{self, LockError, UpdateLock};
+use super::manifest::{Manifest, MANIFEST_FILE};
+use super::models::{ModelError, ModelStore};
+use super::repo::{self, Offer, RepoError, RepoSource};
+use super::state::{Record, SetRef, StateError};
+use super::store::{SetStore, StoreError, CURRENT, PREVIOUS};
+use super::transport::OtaTransport;
+
+const SOURCE: &str = "ota";
+
+#[derive(Debug, thiserror::Error)]
+pub enum OtaError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Manifest(#[from] super::manifest::ManifestError),
+    #[error("profile set: {0}")]
+    Archive(#[from] archive::ArchiveError),
+    #[error("offered set v{offered} is older than the committed v{committed}")]
+    NotNewer { offered: u64, committed: u64 },
+    #[error("downloaded set: {0}")]
+    Mismatch(String),
+    #[error("no previous set to roll back to")]
+    NothingToRollBack,
+    #[error("restoring the committed set also failed ({restore}) after: {reason}")]
+    RestoreFailed { reason: String, restore: ActivationError },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// A step after which `--pause-after` stops the updater (operators and crash tests use it to
+/// freeze an install at a known point).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Download,
+    Verify,
+    Unpack,
+    Swap,
+    Activation,
+}
+
+impl std::str::FromStr for Step {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "download" => Ok(Step::Download),
+            "verify" => Ok(Step::Verify),
+            "unpack" => Ok(Step::Unpack),
+            "swap" => Ok(Step::Swap),
+            "activation" => Ok(Step::Activation),
+            other => Err(format!("unknown step {other:?} (download, verify, unpack, swap, activation)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Step::Download => "download",
+            Step::Verify => "verify",
+            Step::Unpack => "unpack",
+            Step::Swap => "swap",
+            Step::Activation => "activation",
+        };
+        f.write_str(name)
+    }
+}
+
+/// Where OTA keeps its files.
+#[derive(Debug, Clone)]
+pub struct OtaPaths {
+    pub state_dir: PathBuf,
+    pub models_dir: PathBuf,
+}
+
+impl OtaPaths {
+    pub fn ota_dir(&self) -> PathBuf {
+        self.state_dir.join("ota")
+    }
+    pub fn datastore(&self) -> PathBuf {
+        self.ota_dir().join("datastore")
+    }
+    fn staged_archive(&self) -> PathBuf {
+        self.ota_dir().join("staging").join(repo::SET_TARGET)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum ApplyOutcome {
+    UpToDate { version: u64 },
+    Committed { version: u64, sha256: String },
+    RolledBack { version: u64, reason: String },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyOptions {
+    /// Apply even while engines serve requests.
+    pub force: bool,
+    /// How long to wait for the engines to go idle before giving up.
+    pub idle_wait: Duration,
+    pub pause_after: Option<Step>,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        Self { force: false, idle_wait: Duration::from_secs(600), pause_after: None }
+    }
+}
+
+pub struct Updater {
+    pub paths: OtaPaths,
+    pub trusted_root: Vec<u8>,
+    pub source: RepoSource,
+    pub http: HttpClient,
+    pub status: StatusModel,
+}
+
+impl Updater {
+    /// Verifies the repository and says what it offers; records `available` when it is newer.
+    pub async fn check(&self) -> Result<Offer, OtaError> {
+        let _lock = UpdateLock::acquire(&self.paths.ota_dir(), "ota check", Some(&self.status))?;
+        let mut record = recover_locked(&self.paths, &self.status)?;
+        let offer = self.fetch_offer().await?;
+        if offer.version > committed_version(&record) && !matches!(record.state, OtaState::Staged { .. }) {
+            record.transition(OtaState::Available { version: offer.version })?;
+            record.save(&self.paths.ota_dir())?;
+        }
+        record.publish(&self.status);
+        Ok(offer)
+    }
+
+    pub async fn apply(
+        &self,
+        activator: &dyn Activator,
+        options: ApplyOptions,
+    ) -> Result<ApplyOutcome, OtaError> {
+        let _lock = UpdateLock::acquire(&self.paths.ota_dir(), "ota apply", Some(&self.status))?;
+        let mut record = recover_locked(&self.paths, &self.status)?;
+        if !options.force {
+            lock::wait_until_idle(&self.status, options.idle_wait).await?;
+        }
+        let offer = self.fetch_offer().await?;
+        let committed = committed_version(&record);
+        if offer.version == committed {
+            return Ok(ApplyOutcome::UpToDate { version: committed });
+        }
+        if offer.version < committed {
+            return Err(OtaError::NotNewer { offered: offer.version, committed });
+        }
+        self.status.update(|s| s.ota.state = OtaState::Available { version: offer.version });
+        self.status.event(
+            SOURCE,
+            Level::Info,
+            format!("set v{} available ({})", offer.version, offer.sha256),
+        );
+
+        let repo = self.load_repo().await?;
+        let staged = self.paths.staged_archive();
+        repo::download_set(&repo, &staged).await?;
+        pause(options.pause_after, Step::Download).await;
+
+        let verified = verify_staged(&staged, &offer);
+        let (bytes, manifest) = match verified {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = std::fs::remove_file(&staged);
+                return Err(e);
+            }
+        };
+        pause(options.pause_after, Step::Verify).await;
+
+        let store = SetStore::new(&self.paths.state_dir);
+        store.install(&bytes, &offer.sha256)?;
+        self.pull_models(&manifest).await?;
+        let candidate = SetRef { sha256: offer.sha256.clone(), version: offer.version };
+        record.candidate = Some(candidate.clone());
+        record.transition(OtaState::Staged { version: offer.version })?;
+        record.save(&self.paths.ota_dir())?;
+        record.publish(&self.status);
+        let _ = std::fs::remove_file(&staged);
+        pause(options.pause_after, Step::Unpack).await;
+
+        // From here the box boots the new set only once it is committed: the state file says
+        // "activating" before the link moves, so recovery knows to move it back.
+        record.transition(OtaState::Activating { version: offer.version })?;
+        record.save(&self.paths.ota_dir())?;
+        record.publish(&self.status);
+        if let Some(old) = &record.committed {
+            store.point(PREVIOUS, &old.sha256)?;
+        }
+        store.point(CURRENT, &candidate.sha256)?;
+        pause(options.pause_after, Step::Swap).await;
+
+        match activator.activate(&store.set_dir(&candidate.sha256)).await {
+            Ok(()) => {
+                pause(options.pause_after, Step::Activation).await;
+                record.previous = record.committed.take();
+                record.committed = Some(candidate.clone());
+                record.candidate = None;
+                record.transition(OtaState::Committed { version: candidate.version })?;
+                record.save(&self.paths.ota_dir())?;
+                record.publish(&self.status);
+                self.status.event(SOURCE, Level::Info, format!("set v{} committed", candidate.version));
+                let keep: Vec<&str> = [&record.committed, &record.previous]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.sha256.as_str())
+                    .collect();
+                store.prune(&keep)?;
+                Ok(ApplyOutcome::Committed { version: candidate.version, sha256: candidate.sha256 })
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.status.event(
+                    SOURCE,
+                    Level::Error,
+                    format!("set v{} unhealthy, rolling back: {reason}", candidate.version),
+                );
+                restore_committed(&store, &mut record, &self.paths, &self.status, reason.clone())?;
+                if let Some(old) = record.committed.clone() {
+                    if let Err(restore) = activator.activate(&store.set_dir(&old.sha256)).await {
+                        return Err(OtaError::RestoreFailed { reason, restore });
+                    }
+                }
+                Ok(ApplyOutcome::RolledBack { version: candidate.version, reason })
+            }
+        }
+    }
+
+    async fn load_repo(&self) -> Result<tough::Repository, OtaError> {
+        let transport = OtaTransport::new(self.http.clone());
+        Ok(repo::load(&self.trusted_root, &self.source, &self.paths.datastore(), transport).await?)
+    }
+
+    async fn fetch_offer(&self) -> Result<Offer, OtaError> {
+        let repo = self.load_repo().await?;
+        Ok(repo::offer(&repo)?)
+    }
+
+    async fn pull_models(&self, manifest: &Manifest) -> Result<(), OtaError> {
+        let models = ModelStore::new(&self.paths.models_dir);
+        for model in &manifest.models {
+            let status = self.status.clone();
+            let report = move |p: super::models::Progress| {
+                let pct = p.percent();
+                status.update(|s| s.ota.progress_pct = Some(pct));
+            };
+            models.pull(&self.http, model, &report).await?;
+        }
+        self.status.update(|s| s.ota.progress_pct = None);
+        Ok(())
+    }
+}
+
+/// `ota rollback`: makes the previous set the committed one, health-gated like an update.
+pub async fn rollback(
+    paths: &OtaPaths,
+    status: &StatusModel,
+    activator: &dyn Activator,
+) -> Result<SetRef, OtaError> {
+    let _lock = UpdateLock::acquire(&paths.ota_dir(), "ota rollback", Some(status))?;
+    rollback_locked(paths, status, activator).await
+}
+
+/// Rolls back by hand, with the update lock already held by the caller.
+async fn rollback_locked(
+    paths: &OtaPaths,
+    status: &StatusModel,
+    activator: &dyn Activator,
+) -> Result<SetRef, OtaError> {
+    let mut record = recover_locked(paths, status)?;
+    let (Some(previous), Some(committed)) = (record.previous.clone(), record.committed.clone()) else {
+        return Err(OtaError::NothingToRollBack);
+    };
+    let store = SetStore::new(&paths.state_dir);
+    record.candidate = Some(previous.clone());
+    record.transition(OtaState::Activating { version: previous.version })?;
+    record.save(&paths.ota_dir())?;
+    store.point(CURRENT, &previous.sha256)?;
+    match activator.activate(&store.set_dir(&previous.sha256)).await {
+        Ok(()) => {
+            record.committed = Some(previous.clone());
+            record.previous = Some(committed.clone());
+            record.candidate = None;
+            store.point(PREVIOUS, &committed.sha256)?;
+            record.transition(OtaState::RolledBack {
+                version: committed.version,
+                reason: format!("rolled back by hand to v{}", previous.version),
+            })?;
+            record.save(&paths.ota_dir())?;
+            record.publish(status);
+            status.event(
+                SOURCE,
+                Level::Warn,
+                format!("rolled back by hand from v{} to v{}", committed.version, previous.version),
+            );
+            Ok(previous)
+        }
+        Err(e) => {
+            let reason = format!("previous set v{} unhealthy: {e}", previous.version);
+            restore_committed(&store, &mut record, paths, status, reason.clone())?;
+            if let Err(restore) = activator.activate(&store.set_dir(&committed.sha256)).await {
+                return Err(OtaError::RestoreFailed { reason, restore });
+            }
+            Err(OtaError::Mismatch(reason))
+        }
+    }
+}
+
+/// Boot-time repair: if an update was interrupted after the swap, points `current` back at the
+/// committed set and records the rollback. Skipped while another live process holds the lock.
+pub fn recover(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaError> {
+    match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
+        Ok(_lock) => recover_locked(paths, status),
+        Err(LockError::Locked { .. }) => {
+            let record = Record::load(&paths.ota_dir())?;
+            record.publish(status);
+            status.update(|s| s.ota.lock = lock::current_holder(&paths.ota_dir()).map(|h| h.to_string()));
+            Ok(record)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn recover_locked(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaError> {
+    let mut record = Record::load(&paths.ota_dir())?;
+    let store = SetStore::new(&paths.state_dir);
+    let current = store.linked(CURRENT)?;
+    let committed = record.committed.as_ref().map(|c| c.sha256.clone());
+    let interrupted = matches!(record.state, OtaState::Activating { .. });
+    if interrupted || current != committed {
+        let version = record.candidate.as_ref().map(|c| c.version).unwrap_or(committed_version(&record));
+        if !interrupted {
+            record.state = OtaState::Activating { version };
+        }
+        let reason = "update interrupted before commit; restored the committed set".to_string();
+        restore_committed(&store, &mut record, paths, status, reason)?;
+    }
+    record.publish(status);
+    Ok(record)
+}
+
+/// Points the links back at the committed set and records a rollback with `reason`.
+fn restore_committed(
+    store: &SetStore,
+    record: &mut Record,
+    paths: &OtaPaths,
+    status: &StatusModel,
+    reason: String,
+) -> Result<(), OtaError> {
+    match &record.committed {
+        Some(c) => store.point(CURRENT, &c.sha256)?,
+        None => store.unlink(CURRENT)?,
+    }
+    match &record.previous {
+        Some(p) => store.point(PREVIOUS, &p.sha256)?,
+        None => store.unlink(PREVIOUS)?,
+    }
+    let version = record.candidate.take().map(|c| c.version).unwrap_or(committed_version(record));
+    record.transition(OtaState::RolledBack { version, reason: reason.clone() })?;
+    record.save(&paths.ota_dir())?;
+    record.publish(status);
+    status.event(SOURCE, Level::Warn, format!("rolled back v{version}: {reason}"));
+    Ok(())
+}
+
+/// Model hashes the sets a box keeps use: committed, previous, a staged candidate, and whatever
+/// the links name. `models gc` deletes everything else.
+pub fn referenced_models(paths: &OtaPaths) -> Result<BTreeSet<String>, OtaError> {
+    let record = Record::load(&paths.ota_dir())?;
+    let store = SetStore::new(&paths.state_dir);
+    let mut sets: BTreeSet<String> = [&record.committed, &record.previous, &record.candidate]
+        .into_iter()
+        .flatten()
+        .map(|s| s.sha256.clone())
+        .collect();
+    sets.extend(store.linked(CURRENT)?);
+    sets.extend(store.linked(PREVIOUS)?);
+    let mut models = BTreeSet::new();
+    for sha in sets {
+        let file = store.set_dir(&sha).join(MANIFEST_FILE);
+        if file.is_file() {
+            models.extend(Manifest::load(&file)?.models.into_iter().map(|m| m.sha256));
+        }
+    }
+    Ok(models)
+}
+
+fn committed_version(record: &Record) -> u64 {
+    record.committed.as_ref().map(|c| c.version).unwrap_or(0)
+}
+
+/// Re-hashes the staged archive against the signed metadata and validates its contents.
+fn verify_staged(path: &Path, offer: &Offer) -> Result<(Vec<u8>, Manifest), OtaError> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).map_err(|source| OtaError::Io { path: path.into(), source })?;
+    let sha = hex::encode(sha2::Sha256::digest(&bytes));
+    if sha != offer.sha256 || bytes.len() as u64 != offer.length {
+        return Err(OtaError::Mismatch(format!(
+            "staged archive hash {sha} is not the signed {}",
+            offer.sha256
+        )));
+    }
+    let entries = archive::entries(&bytes)?;
+    let manifest_entry = entries
+        .iter()
+        .find(|e| e.path == Path::new(MANIFEST_FILE))
+        .ok_or_else(|| OtaError::Mismatch(format!("no {MANIFEST_FILE} in the set")))?;
+    let text = std::str::from_utf8(manifest_entry.data)
+        .map_err(|_| OtaError::Mismatch(format!("{MANIFEST_FILE} is not UTF-8")))?;
+    let manifest = Manifest::parse(text, MANIFEST_FILE)?;
+    if manifest.version != offer.version {
+        return Err(OtaError::Mismatch(format!(
+            "{MANIFEST_FILE} says v{} but the signed target says v{}",
+            manifest.version, offer.version
+        )));
+    }
+    Ok((bytes, manifest))
+}
+
+/// Stops here forever when `pause_after` names this step (the process is then killed or
+/// interrupted by the operator).
+async fn pause(pause_after: Option<Step>, step: Step) {
+    if pause_after == Some(step) {
+        use std::io::Write;
+        println!("ota: paused after {step}");
+        let _ = std::io::stdout().flush();
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,165 @@
+//! Proof that a chosen engine build really starts on its device: a smoke start with a watchdog
+//! (the engine must answer `/health` 200 in time), falling down the plan's ladder on failure.
+//! Results are cached per (device, driver, image build, variant) so boots stay fast.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Candidate, Choice, Plan, Proof};
+use crate::hardware::Detection;
+
+#[derive(Debug, Clone)]
+pub struct SmokeSettings {
+    /// JSON cache of earlier results (in the state directory).
+    pub cache_file: PathBuf,
+    /// Identifies the image build; a new image proves its builds again.
+    pub image_build: String,
+    /// A small model to load instead of the profile's (keeps boots fast); `None` uses the profile's.
+    pub smoke_model: Option<PathBuf>,
+    pub watchdog: Duration,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+struct Cache {
+    /// key → `None` when proven, `Some(reason)` when it failed.
+    results: BTreeMap<String, Option<String>>,
+}
+
+/// Proves each group's choice, stepping down to the next fallback with another variant when the
+/// smoke start fails. Updates `proof`, the choice, and the candidates' reasons.
+pub fn prove(plan: &mut Plan, detection: &Detection, settings: &SmokeSettings) {
+    let mut cache: Cache = std::fs::read(&settings.cache_file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let mut dirty = false;
+    for group in &mut plan.groups {
+        let device = detection.devices.iter().find(|d| group.devices.first() == Some(&d.id));
+        let device_key = device
+            .map(|d| {
+                format!(
+                    "{}|{}",
+                    d.uid.as_deref().unwrap_or(&d.id),
+                    d.driver.version.as_deref().unwrap_or("-")
+                )
+            })
+            .unwrap_or_default();
+        let mut ladder: Vec<Choice> =
+            std::iter::once(group.choice.clone()).chain(group.fallbacks.drain(..)).collect();
+        let mut proof = Proof::Failed { reason: "no candidate could be smoke-started".into() };
+        while !ladder.is_empty() {
+            let choice = ladder.remove(0);
+            let key = format!("{device_key}|{}|{}", settings.image_build, choice.variant);
+            let (result, cached) = match cache.results.get(&key) {
+                Some(result) => (result.clone(), true),
+                None => {
+                    let result = smoke_start(&choice, settings).err();
+                    cache.results.insert(key, result.clone());
+                    dirty = true;
+                    (result, false)
+                }
+            };
+            match result {
+                None => {
+                    group.choice = choice;
+                    proof = Proof::Proven { cached };
+                    break;
+                }
+                Some(reason) => {
+                    let reason = format!("smoke start failed: {reason}");
+                    mark_rejected(&mut group.candidates, &choice.variant, &reason);
+                    // Every profile on this variant shares its fate on this device.
+                    ladder.retain(|c| c.variant != choice.variant);
+                }
+            }
+        }
+        group.fallbacks = ladder;
+        group.proof = proof;
+    }
+    if dirty {
+        if let Ok(bytes) = serde_json::to_vec_pretty(&cache) {
+            if let Err(e) = crate::fsutil::write_atomic(&settings.cache_file, &bytes) {
+                tracing::warn!("smoke cache {}: {e}", settings.cache_file.display());
+            }
+        }
+    }
+}
+
+fn mark_rejected(candidates: &mut [Candidate], variant: &str, reason: &str) {
+    for c in candidates.iter_mut().filter(|c| c.variant == variant && c.accepted) {
+        c.accepted = false;
+        c.reason = reason.to_string();
+    }
+}
+
+/// Starts the engine on a free loopback port and waits for `/health` 200 under the watchdog.
+fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> {
+    let launch = &choice.launch;
+    let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+    let mut args = launch.args.clone();
+    replace_after(&mut args, &["--port"], &port.to_string());
+    replace_after(&mut args, &["--host"], "127.0.0.1");
+    if let Some(model) = &settings.smoke_model {
+        let original = launch.model_files.first().cloned().unwrap_or_default();
+        for arg in args.iter_mut().filter(|a| **a == original) {
+            *arg = model.display().to_string();
+        }
+    }
+    if !Path::new(&launch.program).exists() {
+        return Err(format!("{} not found", launch.program));
+    }
+    let mut child = Command::new(&launch.program)
+        .args(&args)
+        .envs(&launch.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", launch.program))?;
+    let deadline = Instant::now() + settings.watchdog;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let result = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(format!("engine exited with {status} before it was healthy"));
+        }
+        if health_ok(addr) {
+            break Ok(());
+        }
+        if Instant::now() >= deadline {
+            break Err(format!("not healthy within the {} s watchdog", settings.watchdog.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+fn replace_after(args: &mut [String], flags: &[&str], value: &str) {
+    for i in 0..args.len().saturating_sub(1) {
+        if flags.contains(&args[i].as_str()) {
+            args[i + 1] = value.to_string();
+        }
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+/// A bare `GET /health` (the engine is local; no client library needed for one status line).
+fn health_ok(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 16];
+    matches!(stream.read(&mut head), Ok(n) if n >= 12 && &head[9..12] == b"200")
+}

@@ -1,0 +1,172 @@
+//! `lucebox runtime bench`: how fast a killed engine is seen dead and is healthy again, against
+//! the engine's bare start (start + first 200 from `/health`, no supervisor).
+//!
+//! Each kill comes after the engine was ready for `--settle-s`, which is also the policy's reset
+//! period for the run: every kill is a first failure, restarted at once, as a lone crash is.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::harness::{self, EngineArgs, Kind, Target, ENGINE};
+use crate::runtime::probe::{self, Health};
+use crate::runtime::{run_with, EngineInstance, EngineRuntime, ProcessRuntime, SupervisionPolicy};
+use crate::status::StatusModel;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Engine kills to time.
+    #[arg(long, default_value_t = 20)]
+    kills: u32,
+    /// Bare starts to time (their median is the baseline).
+    #[arg(long, default_value_t = 10)]
+    bare_starts: u32,
+    /// Seconds the engine stays ready before each kill (and the policy's reset period).
+    #[arg(long, default_value_t = 2.0)]
+    settle_s: f64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    runtime: String,
+    kills: usize,
+    bare_start_ms: Summary,
+    death_seen_ms: Summary,
+    kill_to_healthy_ms: Summary,
+    /// median(kill → healthy) / median(bare start).
+    ratio_median: f64,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    median: f64,
+    p95: f64,
+    max: f64,
+    min: f64,
+}
+
+impl Summary {
+    fn of(values: Vec<f64>) -> Self {
+        let v = harness::sorted(values);
+        Summary {
+            median: harness::percentile(&v, 50.0),
+            p95: harness::percentile(&v, 95.0),
+            max: v.last().copied().unwrap_or(f64::NAN),
+            min: v.first().copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let config = super::load_config(config_file, None)?;
+    let report = match args.engine.runtime {
+        Kind::Process => measure(ProcessRuntime::new(), &args, Target::Process).await?,
+        Kind::Docker => {
+            let docker = args.engine.docker(&config).await?;
+            let target = Target::Docker(docker.client().clone());
+            measure(docker, &args, target).await?
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("runtime {}: {} kills", report.runtime, report.kills);
+        for (name, s) in [
+            ("bare start", &report.bare_start_ms),
+            ("kill -> death seen", &report.death_seen_ms),
+            ("kill -> healthy", &report.kill_to_healthy_ms),
+        ] {
+            println!(
+                "  {name:<20} median {:>8.1} ms  p95 {:>8.1}  min {:>8.1}  max {:>8.1}",
+                s.median, s.p95, s.min, s.max
+            );
+        }
+        println!("  kill->healthy / bare start (medians): {:.3}", report.ratio_median);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn measure<R: EngineRuntime + Clone>(
+    runtime: R,
+    args: &BenchArgs,
+    target: Target,
+) -> anyhow::Result<Report> {
+    let plan = args.engine.plan()?;
+    let choice = plan.groups[0].choice.clone();
+    let addr = probe::engine_addr(&choice.launch.host, choice.launch.port)?;
+    let settle = Duration::from_secs_f64(args.settle_s);
+
+    let mut bare = Vec::new();
+    for _ in 0..args.bare_starts {
+        let started = Instant::now();
+        let instance = runtime.start(ENGINE, &choice).await?;
+        while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "bare start not healthy within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        bare.push(started.elapsed().as_secs_f64() * 1e3);
+        instance.stop(Duration::from_secs(5)).await?;
+    }
+
+    let mut policy = SupervisionPolicy::default();
+    policy.restart.reset_after = settle;
+    let status = StatusModel::new();
+    let cancel = CancellationToken::new();
+    let task = {
+        let (runtime, status, cancel) = (runtime.clone(), status.clone(), cancel.clone());
+        tokio::spawn(async move { run_with(runtime, &plan, policy, status, cancel).await })
+    };
+    let mut death_seen = Vec::new();
+    let mut healthy = Vec::new();
+    let outcome: anyhow::Result<()> = async {
+        for _ in 0..args.kills {
+            harness::wait_for(&status, Duration::from_secs(60), "ready", harness::is_ready).await?;
+            tokio::time::sleep(settle + Duration::from_millis(100)).await;
+            let engine = harness::engine(&status).context("engine missing from status")?;
+            let id = engine.instance.clone().context("ready engine without instance id")?;
+            let pid = target.host_pid(&id).await?;
+            let before = engine.restarts;
+            let killed = Instant::now();
+            kill(Pid::from_raw(pid), Signal::SIGKILL).context("kill -9 engine")?;
+            let seen =
+                harness::wait_for(&status, Duration::from_secs(10), "death seen", |e| e.restarts > before)
+                    .await?;
+            let up = harness::wait_for(&status, Duration::from_secs(60), "healthy again", |e| {
+                e.restarts > before && harness::is_ready(e)
+            })
+            .await?;
+            death_seen.push((seen - killed).as_secs_f64() * 1e3);
+            healthy.push((up - killed).as_secs_f64() * 1e3);
+        }
+        Ok(())
+    }
+    .await;
+    cancel.cancel();
+    task.await.context("supervisor task")??;
+    outcome?;
+
+    let bare_start_ms = Summary::of(bare);
+    let kill_to_healthy_ms = Summary::of(healthy);
+    Ok(Report {
+        runtime: runtime.kind().to_string(),
+        kills: death_seen.len(),
+        ratio_median: kill_to_healthy_ms.median / bare_start_ms.median,
+        bare_start_ms,
+        death_seen_ms: Summary::of(death_seen),
+        kill_to_healthy_ms,
+    })
+}

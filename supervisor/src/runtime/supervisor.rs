@@ -1,0 +1,322 @@
+//! One engine's supervision loop: start (or adopt), wait for `/health` within the startup
+//! allowance, probe liveness, restart with backoff, step down to fallbacks on a crash loop, stop
+//! cleanly on cancellation. Every transition goes to the status model.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::engine::{EngineInstance, EngineRuntime};
+use super::policy::{FailureCount, SupervisionPolicy};
+use super::probe::{self, Health};
+use super::{Exit, RuntimeError};
+use crate::plan::{Choice, GroupPlan};
+use crate::status::{unix_ms, EngineState, EngineStatus, Level, StatusModel};
+
+/// Used when the plan gives no startup allowance.
+pub const DEFAULT_STARTUP_ALLOWANCE: Duration = Duration::from_secs(300);
+
+pub struct Supervisor<R: EngineRuntime> {
+    runtime: Arc<R>,
+    group: GroupPlan,
+    policy: SupervisionPolicy,
+    status: StatusModel,
+    cancel: CancellationToken,
+}
+
+/// How one run of the engine ended.
+enum RunEnd {
+    Cancelled,
+    Failed { exit: Exit, ready_for: Option<Duration> },
+}
+
+/// What woke the supervision loop.
+enum Step {
+    Cancel,
+    Exited(Exit),
+    Probed(Health),
+}
+
+impl<R: EngineRuntime> Supervisor<R> {
+    pub fn new(
+        runtime: Arc<R>,
+        group: GroupPlan,
+        policy: SupervisionPolicy,
+        status: StatusModel,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self { runtime, group, policy, status, cancel }
+    }
+
+    /// Runs until cancelled; the engine is stopped when this returns.
+    pub async fn run(self) -> Result<(), RuntimeError> {
+        let choices: Vec<Choice> =
+            std::iter::once(self.group.choice.clone()).chain(self.group.fallbacks.iter().cloned()).collect();
+        let mut index = 0;
+        let mut failures = FailureCount::default();
+        let mut may_adopt = true;
+        self.publish_choice(&choices[0]);
+        loop {
+            let choice = &choices[index];
+            let end = match self.launch(choice, std::mem::take(&mut may_adopt)).await {
+                Ok(instance) => self.supervise(instance, choice).await,
+                Err(err) => {
+                    RunEnd::Failed { exit: Exit::Gone(format!("start failed: {err}")), ready_for: None }
+                }
+            };
+            let (exit, ready_for) = match end {
+                RunEnd::Cancelled => {
+                    self.set_state(EngineState::Stopped, |s| s.instance = None);
+                    self.event(Level::Info, "stopped".to_string());
+                    return Ok(());
+                }
+                RunEnd::Failed { exit, ready_for } => (exit, ready_for),
+            };
+            let in_a_row = failures.record(&self.policy.restart, ready_for);
+            let crash_loop = self.policy.restart.is_crash_loop(in_a_row);
+            let next = choices.get(index + 1).filter(|_| crash_loop);
+            let delay = if next.is_some() { Duration::ZERO } else { self.policy.restart.delay(in_a_row) };
+            // One update: observers never see the new exit with the old state.
+            let state = match (crash_loop, next) {
+                (false, _) => EngineState::Restarting { in_ms: delay.as_millis() as u64 },
+                (true, next) => EngineState::CrashLooping {
+                    fell_back_to: next.map(|n| format!("{}/{}", n.variant, n.profile)),
+                },
+            };
+            let reason = next.map(|next| {
+                format!(
+                    "crash loop on {}/{} ({in_a_row} failures in a row, last: {exit}); stepped down to {}/{}",
+                    choice.variant, choice.profile, next.variant, next.profile
+                )
+            });
+            self.set_state(state, |engine| {
+                engine.restarts = engine.restarts.saturating_add(1);
+                engine.last_exit = Some(exit.to_string());
+                engine.instance = None;
+                if reason.is_some() {
+                    engine.fallback_reason = reason.clone();
+                }
+            });
+            self.event(
+                Level::Warn,
+                format!("{}/{} ended: {exit} ({in_a_row} in a row)", choice.variant, choice.profile),
+            );
+            match (crash_loop, next, reason) {
+                (true, Some(next), Some(reason)) => {
+                    self.event(Level::Error, reason);
+                    index += 1;
+                    failures.clear();
+                    self.publish_choice(next);
+                    continue;
+                }
+                (true, _, _) => self.event(
+                    Level::Error,
+                    format!(
+                        "crash loop on {}/{}: no fallback left; retrying in {} ms",
+                        choice.variant,
+                        choice.profile,
+                        delay.as_millis()
+                    ),
+                ),
+                _ => {}
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => {
+                    self.set_state(EngineState::Stopped, |_| {});
+                    self.event(Level::Info, "stopped".to_string());
+                    return Ok(());
+                }
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn launch(&self, choice: &Choice, may_adopt: bool) -> Result<R::Instance, RuntimeError> {
+        let name = &self.group.name;
+        if may_adopt {
+            if let Some(instance) = self.runtime.adopt(name, choice).await? {
+                self.event(
+                    Level::Info,
+                    format!("adopted running {} engine {}", self.runtime.kind(), instance.id()),
+                );
+                return Ok(instance);
+            }
+        }
+        let instance = self.runtime.start(name, choice).await?;
+        self.event(
+            Level::Info,
+            format!(
+                "started {}/{} as {} {}",
+                choice.variant,
+                choice.profile,
+                self.runtime.kind(),
+                instance.id()
+            ),
+        );
+        Ok(instance)
+    }
+
+    /// Watches one run of the engine until it ends or the supervisor is cancelled.
+    async fn supervise(&self, mut instance: R::Instance, choice: &Choice) -> RunEnd {
+        let id = instance.id().to_string();
+        self.set_state(EngineState::Starting, |s| s.instance = Some(id));
+        let addr = match probe::engine_addr(&choice.launch.host, choice.launch.port) {
+            Ok(addr) => addr,
+            Err(err) => return self.end_run(instance, Exit::Stopped(err.to_string()), None).await,
+        };
+        match self.await_ready(&mut instance, choice, addr).await {
+            Ok(()) => {}
+            Err(RunEnd::Cancelled) => return self.shutdown(instance).await,
+            Err(RunEnd::Failed { exit: Exit::Stopped(why), .. }) => {
+                return self.end_run(instance, Exit::Stopped(why), None).await
+            }
+            Err(failed) => return failed,
+        }
+        self.watch_liveness(instance, addr).await
+    }
+
+    /// Startup phase: polls `/health` until 200, within the plan's allowance; a loading engine is
+    /// shown as loading, never killed before its allowance runs out.
+    async fn await_ready(
+        &self,
+        instance: &mut R::Instance,
+        choice: &Choice,
+        addr: SocketAddr,
+    ) -> Result<(), RunEnd> {
+        let allowance = match choice.launch.startup_allowance_s {
+            0 => DEFAULT_STARTUP_ALLOWANCE,
+            s => Duration::from_secs(s),
+        };
+        let health = &self.policy.health;
+        let started = Instant::now();
+        let mut loading_shown = false;
+        loop {
+            let poll = health.startup_poll(started.elapsed());
+            let timeout = health.liveness_timeout.max(poll);
+            match self.next_step(instance, poll, addr, timeout).await {
+                Step::Cancel => return Err(RunEnd::Cancelled),
+                Step::Exited(exit) => return Err(RunEnd::Failed { exit, ready_for: None }),
+                Step::Probed(Health::Ready) => {
+                    self.set_state(EngineState::Ready, |_| {});
+                    self.event(Level::Info, format!("ready after {} ms", started.elapsed().as_millis()));
+                    return Ok(());
+                }
+                Step::Probed(Health::Loading) if !loading_shown => {
+                    loading_shown = true;
+                    self.set_state(EngineState::Loading { percent: None }, |_| {});
+                }
+                Step::Probed(_) => {}
+            }
+            if started.elapsed() > allowance {
+                let why = format!("not ready within its startup allowance of {} s", allowance.as_secs());
+                return Err(RunEnd::Failed { exit: Exit::Stopped(why), ready_for: None });
+            }
+        }
+    }
+
+    /// Ready phase: liveness probes; `liveness_failures` misses in a row restart the engine even
+    /// though its process lives (hung, SIGSTOPped, wedged driver).
+    async fn watch_liveness(&self, mut instance: R::Instance, addr: SocketAddr) -> RunEnd {
+        let health = &self.policy.health;
+        let ready_at = Instant::now();
+        let mut missed = 0u32;
+        loop {
+            match self.next_step(&mut instance, health.liveness_interval, addr, health.liveness_timeout).await
+            {
+                Step::Cancel => return self.shutdown(instance).await,
+                Step::Exited(exit) => return RunEnd::Failed { exit, ready_for: Some(ready_at.elapsed()) },
+                Step::Probed(Health::Ready) => {
+                    if missed > 0 {
+                        missed = 0;
+                        self.set_state(EngineState::Ready, |_| {});
+                    }
+                }
+                Step::Probed(other) => {
+                    missed += 1;
+                    self.set_state(EngineState::Unhealthy { failed_probes: missed }, |_| {});
+                    if missed >= health.liveness_failures {
+                        let why = format!("hung: {missed} liveness probes failed (last: {other:?})");
+                        return self.end_run(instance, Exit::Stopped(why), Some(ready_at.elapsed())).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn next_step(
+        &self,
+        instance: &mut R::Instance,
+        wait: Duration,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Step {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Step::Cancel,
+            exit = instance.exited() => Step::Exited(exit),
+            health = async {
+                tokio::time::sleep(wait).await;
+                probe::health(addr, timeout).await
+            } => Step::Probed(health),
+        }
+    }
+
+    /// Stops an engine the supervisor gave up on and reports the run as failed with `exit`.
+    async fn end_run(&self, instance: R::Instance, exit: Exit, ready_for: Option<Duration>) -> RunEnd {
+        if let Err(err) = instance.stop(self.policy.hung_grace).await {
+            self.event(Level::Error, format!("stopping failed engine: {err}"));
+        }
+        RunEnd::Failed { exit, ready_for }
+    }
+
+    async fn shutdown(&self, instance: R::Instance) -> RunEnd {
+        match instance.stop(self.policy.stop_grace).await {
+            Ok(exit) => self.event(Level::Info, format!("engine stopped ({exit})")),
+            Err(err) => self.event(Level::Error, format!("stopping engine: {err}")),
+        }
+        RunEnd::Cancelled
+    }
+
+    fn publish_choice(&self, choice: &Choice) {
+        let runtime = self.runtime.kind().to_string();
+        let name = self.group.name.clone();
+        self.status.update(|s| {
+            let engine = s.engines.entry(name.clone()).or_insert_with(|| EngineStatus {
+                name,
+                state: EngineState::Starting,
+                variant: String::new(),
+                profile: String::new(),
+                port: 0,
+                runtime: String::new(),
+                instance: None,
+                restarts: 0,
+                last_exit: None,
+                fallback_reason: None,
+                since_unix_ms: unix_ms(),
+                load: None,
+            });
+            engine.variant = choice.variant.clone();
+            engine.profile = choice.profile.clone();
+            engine.port = choice.launch.port;
+            engine.runtime = runtime;
+        });
+    }
+
+    fn set_state(&self, state: EngineState, also: impl FnOnce(&mut EngineStatus)) {
+        self.status.update(|s| {
+            if let Some(engine) = s.engines.get_mut(&self.group.name) {
+                if engine.state != state {
+                    engine.since_unix_ms = unix_ms();
+                }
+                engine.state = state;
+                also(engine);
+            }
+        });
+    }
+
+    fn event(&self, level: Level, message: String) {
+        self.status.event(&format!("runtime/{}", self.group.name), level, message);
+    }
+}

@@ -1,0 +1,203 @@
+//! `lucebox run`: the supervisor. Detects the hardware, plans (and smoke-proves) an engine per
+//! device, then keeps the engines running, drives the fans from their load and serves the status
+//! page until SIGTERM/SIGINT. Data flows one way: hardware → plan → runtime → thermal; every part
+//! publishes to the one status model the web layer reads.
+
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::hardware::{self, DetectOptions, Detection, SysRoot};
+use crate::plan::inputs::{InputError, PlanInputs};
+use crate::plan::{self, Plan};
+use crate::status::{Level, StatusModel};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error(transparent)]
+    Inputs(#[from] InputError),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error(transparent)]
+    Web(#[from] crate::web::WebError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Skip the smoke start (the plan runs unproven).
+    pub no_smoke: bool,
+    /// NVML library to use instead of the system's.
+    pub nvml_lib: Option<std::path::PathBuf>,
+}
+
+/// Runs until `cancel` fires (or a part fails), then stops engines and hands fans back.
+pub async fn run(
+    config: Config,
+    options: RunOptions,
+    cancel: CancellationToken,
+) -> Result<(), SuperviseError> {
+    let status = StatusModel::new();
+    let root = config.root.clone().map(SysRoot::new).unwrap_or_else(SysRoot::live);
+
+    let detection = detect(&root, &options, &status).await;
+    let plan = make_plan(&config, &root, &detection, &options, &status).await?;
+
+    let mut parts = JoinSet::new();
+    let web_cancel = cancel.child_token();
+    {
+        let (config, status, cancel) = (config.clone(), status.clone(), web_cancel.clone());
+        let actions: Arc<dyn crate::web::Actions> = Arc::new(crate::web::NoActions);
+        parts.spawn(async move {
+            crate::web::serve(&config, status, actions, cancel).await.map_err(SuperviseError::from)
+        });
+    }
+
+    // The engines' queues feed the fan controllers of their devices.
+    let engines_cancel = cancel.child_token();
+    let loads = crate::runtime::load_signals(&plan, &engines_cancel);
+    for group in &plan.groups {
+        let devices: Vec<_> =
+            detection.devices.iter().filter(|d| group.devices.contains(&d.id)).cloned().collect();
+        let Some(load) = loads.get(&group.name).cloned() else { continue };
+        parts.spawn(publish_load(group.name.clone(), load.clone(), status.clone(), engines_cancel.clone()));
+        let (root, state_dir, status, cancel) =
+            (root.clone(), config.state_dir.join("thermal"), status.clone(), engines_cancel.clone());
+        parts.spawn(async move {
+            crate::thermal::control_loop(devices, root, state_dir, load, status, cancel).await;
+            Ok(())
+        });
+    }
+    notify_systemd_ready(&plan, &status);
+    parts.spawn(watchdog_pings(engines_cancel.clone()));
+
+    let result = if plan.groups.is_empty() {
+        status.event("plan", Level::Error, "no engine can run on this machine; the status page explains why");
+        cancel.cancelled().await;
+        Ok(())
+    } else {
+        crate::runtime::run_plan(&plan, &config, status.clone(), engines_cancel.clone())
+            .await
+            .map_err(Into::into)
+    };
+    // Engines are down (or never started): stop fan control and the web, and wait for them.
+    engines_cancel.cancel();
+    web_cancel.cancel();
+    let mut first_error = result.err();
+    while let Some(joined) = parts.join_next().await {
+        if let Ok(Err(e)) = joined {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+async fn detect(root: &SysRoot, options: &RunOptions, status: &StatusModel) -> Detection {
+    let (root, detect_options) = (root.clone(), DetectOptions { nvml_lib: options.nvml_lib.clone() });
+    let detection = tokio::task::spawn_blocking(move || hardware::detect(&root, &detect_options))
+        .await
+        .unwrap_or_else(|_| hardware::Detection::empty());
+    for warning in detection.warnings.iter() {
+        status.event("hardware", Level::Warn, warning.clone());
+    }
+    for device in &detection.devices {
+        for warning in &device.warnings {
+            status.event("hardware", Level::Warn, format!("{} {}: {warning}", device.id, device.model));
+        }
+    }
+    let summary: Vec<String> = detection.devices.iter().map(|d| format!("{} ({})", d.model, d.id)).collect();
+    status.event("hardware", Level::Info, format!("found {}", summary.join(", ")));
+    status.update(|s| s.hardware = Some(detection.clone()));
+    detection
+}
+
+async fn make_plan(
+    config: &Config,
+    root: &SysRoot,
+    detection: &Detection,
+    options: &RunOptions,
+    status: &StatusModel,
+) -> Result<Plan, SuperviseError> {
+    let inputs = PlanInputs::load(config, None, None)?;
+    let settings = inputs.settings(config, None, true);
+    let mut plan = plan::make_plan(detection, &inputs.manifest, &inputs.profiles, &settings);
+    if !options.no_smoke && root.is_live() {
+        let (smoke, detection) = (inputs.smoke_settings(config), detection.clone());
+        plan = tokio::task::spawn_blocking(move || {
+            plan::smoke::prove(&mut plan, &detection, &smoke);
+            plan
+        })
+        .await
+        .unwrap_or_default();
+    }
+    for group in &plan.groups {
+        status.event(
+            "plan",
+            Level::Info,
+            format!(
+                "{}: {} build with profile {} on {} (port {}; {})",
+                group.name,
+                group.choice.variant,
+                group.choice.profile,
+                group.devices.join(", "),
+                group.choice.launch.port,
+                group.candidates.iter().find(|c| c.accepted).map(|c| c.reason.as_str()).unwrap_or("")
+            ),
+        );
+    }
+    for unplanned in &plan.unplanned {
+        status.event("plan", Level::Warn, format!("{}: no engine: {}", unplanned.device, unplanned.reason));
+    }
+    status.update(|s| s.plan = Some(plan.clone()));
+    Ok(plan)
+}
+
+/// Copies an engine's queue into its status entry, for the page and `/metrics`.
+async fn publish_load(
+    engine: String,
+    mut load: tokio::sync::watch::Receiver<Option<lucebox_engine::LoadSignal>>,
+    status: StatusModel,
+    cancel: CancellationToken,
+) -> Result<(), SuperviseError> {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            changed = load.changed() => if changed.is_err() { return Ok(()) },
+        }
+        let snapshot = load.borrow_and_update().as_ref().map(|signal| crate::status::LoadSnapshot {
+            requests_processing: signal.requests_processing,
+            requests_deferred: signal.requests_deferred,
+            waiting_prompt_tokens: signal.waiting_prompt_tokens(),
+            active_streams: signal.active_streams(),
+            remaining_tokens: signal.remaining_tokens(),
+            tokens_per_s: signal.tokens_per_s.unwrap_or(0.0),
+        });
+        status.update(|s| {
+            if let Some(entry) = s.engines.get_mut(&engine) {
+                entry.load = snapshot;
+            }
+        });
+    }
+}
+
+/// Tells systemd (Type=notify) the supervisor is up; a no-op outside systemd.
+fn notify_systemd_ready(plan: &Plan, status: &StatusModel) {
+    let text = format!("running {} engine(s)", plan.groups.len());
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&text)])
+    {
+        status.event("systemd", Level::Warn, format!("sd_notify READY failed: {e}"));
+    }
+}
+
+/// Pings systemd's watchdog at half its period while the control loops run.
+async fn watchdog_pings(cancel: CancellationToken) -> Result<(), SuperviseError> {
+    let Some(period) = sd_notify::watchdog_enabled().filter(|p| !p.is_zero()) else { return Ok(()) };
+    let mut tick = tokio::time::interval(period / 2);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tick.tick() => { let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]); }
+        }
+    }
+}

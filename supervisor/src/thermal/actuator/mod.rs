@@ -1,0 +1,93 @@
+//! Fan actuators, one small type per way a card lets us drive its fan, behind one trait. Every
+//! actuator can hand the fan back to the firmware's automatic control and can force full speed.
+
+mod hook;
+mod hwmon;
+mod nvml;
+mod od_curve;
+
+use std::path::{Path, PathBuf};
+
+pub use hook::FirmwareHook;
+pub use hwmon::HwmonPwm;
+pub use nvml::{load as load_nvml, reset_all as reset_all_nvml, NvmlFan};
+pub use od_curve::OdFanCurve;
+
+use crate::hardware::{Device, SysRoot, Vendor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ActuatorError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: unexpected contents: {why}")]
+    Format { path: PathBuf, why: String },
+    #[error("NVML: {0}")]
+    Nvml(String),
+    #[error("firmware hook {path}: {why}")]
+    Hook { path: PathBuf, why: String },
+}
+
+/// The fan range a device publishes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FanRange {
+    pub min_duty_pct: f64,
+    pub zero_rpm: bool,
+}
+
+pub trait FanActuator: Send {
+    /// `hwmon-pwm`, `od-fan-curve`, `nvml`, `firmware-hook`.
+    fn kind(&self) -> &'static str;
+    fn range(&self) -> FanRange;
+    /// Drives the fan at `duty_pct`; `junction_c` and `limit_c` let curve-based actuators keep a
+    /// rising curve (full speed before the limit) rather than a flat one.
+    fn set_duty(&mut self, duty_pct: f64, junction_c: f64, limit_c: f64) -> Result<(), ActuatorError>;
+    /// Hands the fan back to the firmware's automatic control.
+    fn restore_auto(&mut self) -> Result<(), ActuatorError>;
+    fn full_speed(&mut self) -> Result<(), ActuatorError>;
+}
+
+/// Writes one command to a sysfs attribute (one `write` per command, as sysfs expects).
+pub fn write_attr(path: &Path, value: &str) -> Result<(), ActuatorError> {
+    use std::io::Write;
+    let io = |source| ActuatorError::Io { path: path.to_path_buf(), source };
+    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(path).map_err(io)?;
+    file.write_all(value.as_bytes()).map_err(io)
+}
+
+pub(crate) fn read_attr(path: &Path) -> Result<String, ActuatorError> {
+    std::fs::read_to_string(path).map_err(|source| ActuatorError::Io { path: path.to_path_buf(), source })
+}
+
+/// Where a device's fan can be driven from, best first: the RDNA3/4 overdrive fan curve, the
+/// hwmon pwm (older Radeon cards), NVML for NVIDIA, else the board's firmware hook if one is
+/// configured (integrated GPUs whose fan belongs to an embedded controller).
+pub fn for_device(
+    device: &Device,
+    root: &SysRoot,
+    hook: Option<&Path>,
+    nvml_lib: Option<&Path>,
+) -> Option<Box<dyn FanActuator>> {
+    match device.vendor {
+        Vendor::Amd if !device.integrated => {
+            if let Some(sysfs) = &device.telemetry.sysfs_path {
+                let curve = root.path(sysfs).join("gpu_od/fan_ctrl/fan_curve");
+                if let Ok(a) = OdFanCurve::open(curve) {
+                    return Some(Box::new(a));
+                }
+            }
+            let rdna3_or_later =
+                device.arch.as_deref().is_some_and(|a| a.starts_with("gfx11") || a.starts_with("gfx12"));
+            if let (false, Some(hwmon)) = (rdna3_or_later, &device.telemetry.hwmon_path) {
+                if let Ok(a) = HwmonPwm::open(root.path(hwmon)) {
+                    return Some(Box::new(a));
+                }
+            }
+            None
+        }
+        Vendor::Nvidia => {
+            NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
+        }
+        _ => hook
+            .map(|h| Box::new(FirmwareHook::new(h.to_path_buf(), device.id.clone())) as Box<dyn FanActuator>),
+    }
+}

@@ -1,0 +1,316 @@
+//! `lucebox thermal ...`: the bench, the offline model fit and the fan reset.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::bench::{self, BenchOptions, Ceiling, ControllerKind};
+use super::plant::PlantSpec;
+use super::trace::{self, TraceShaping};
+
+#[derive(Subcommand)]
+pub enum ThermalCommand {
+    /// Run controllers against a simulated plant on a request trace.
+    Bench(BenchArgs),
+    /// Fit the thermal model offline from a telemetry CSV (t_s,junction_c,power_w,fan_duty_pct).
+    Fit(FitArgs),
+    /// Put every fan under the root back to firmware auto (systemd ExecStopPost runs this).
+    Reset(ResetArgs),
+    /// Run only the fan control loop on one device, without an engine (bring-up and tests).
+    Control(ControlArgs),
+}
+
+#[derive(Args)]
+pub struct ResetArgs {
+    /// Read and write sysfs below DIR instead of / (a captured tree).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Board firmware hook that owns embedded-controller fans.
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_FAN_HOOK")]
+    hook: Option<PathBuf>,
+    /// NVML library to load instead of the system's.
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ControlArgs {
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Where the learned model is kept.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/lucebox")]
+    state_dir: PathBuf,
+    /// PCI address of the device.
+    #[arg(long)]
+    device_id: String,
+    #[arg(long, value_enum, default_value = "amd")]
+    vendor: VendorArg,
+    /// e.g. gfx1201 (RDNA4: overdrive fan curve) or gfx1030 (hwmon pwm).
+    #[arg(long)]
+    arch: Option<String>,
+    /// Device directory relative to the root (sys/devices/...).
+    #[arg(long, value_name = "PATH")]
+    sysfs: Option<String>,
+    /// hwmon directory relative to the root.
+    #[arg(long, value_name = "PATH")]
+    hwmon: Option<String>,
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_FAN_HOOK")]
+    hook: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// Stop after S seconds (default: until SIGINT/SIGTERM).
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// Control period in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum VendorArg {
+    Amd,
+    Nvidia,
+    Cpu,
+}
+
+#[derive(Args)]
+pub struct FitArgs {
+    /// Telemetry CSV, e.g. written by `thermal bench --telemetry`.
+    #[arg(long, value_name = "FILE")]
+    log: PathBuf,
+    /// Also save the fitted model here (the daemon's state file format).
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ControllerArg {
+    Stock,
+    Target,
+    Predictive,
+    Oracle,
+    All,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Plant file (TOML, see thermal/README.md).
+    #[arg(long, value_name = "FILE")]
+    plant: PathBuf,
+    /// Request trace (CSV: t_s,prompt_tokens,output_tokens[,session] or the Azure trace columns).
+    #[arg(long, value_name = "FILE")]
+    trace: PathBuf,
+    #[arg(long, value_enum, default_value = "all")]
+    controller: ControllerArg,
+    /// Junction ceiling in °C, or `stock-peak` for stock's own peak on this trace.
+    #[arg(long, value_name = "C|stock-peak")]
+    ceiling: Option<String>,
+    /// Keep every N-th request of the trace.
+    #[arg(long, default_value_t = 1)]
+    sample: u32,
+    /// Divide the trace's arrival times by X.
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    /// Simulate S seconds (default: until served plus a cool-down); also cuts the trace.
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Write the per-second telemetry of one controller's run to FILE (the CSV `fit` reads).
+    #[arg(long, value_name = "FILE", requires = "telemetry_of")]
+    telemetry: Option<PathBuf>,
+    /// Which controller's run `--telemetry` records.
+    #[arg(long, value_enum, value_name = "CONTROLLER")]
+    telemetry_of: Option<ControllerArg>,
+}
+
+pub fn run(cmd: ThermalCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ThermalCommand::Bench(args) => bench_command(args),
+        ThermalCommand::Fit(args) => fit_command(args),
+        ThermalCommand::Reset(args) => reset_command(args),
+        ThermalCommand::Control(args) => control_command(args),
+    }
+}
+
+fn kind_of(arg: ControllerArg) -> ControllerKind {
+    match arg {
+        ControllerArg::Stock => ControllerKind::Stock,
+        ControllerArg::Target => ControllerKind::Target,
+        ControllerArg::Oracle => ControllerKind::Oracle,
+        ControllerArg::Predictive | ControllerArg::All => ControllerKind::Predictive,
+    }
+}
+
+fn parse_ceiling(text: Option<&str>) -> anyhow::Result<Ceiling> {
+    match text {
+        None => Ok(Ceiling::PlantLimit),
+        Some("stock-peak") => Ok(Ceiling::StockPeak),
+        Some(c) => {
+            let c: f64 = c.parse().with_context(|| format!("--ceiling {c:?}: expected °C or stock-peak"))?;
+            anyhow::ensure!(c.is_finite() && c > 0.0, "--ceiling must be a positive temperature");
+            Ok(Ceiling::Fixed(c))
+        }
+    }
+}
+
+fn bench_command(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let spec = PlantSpec::load(&args.plant)?;
+    let shaping = TraceShaping { sample: args.sample, speedup: args.speedup, duration_s: args.duration };
+    let requests = trace::load(&args.trace, shaping)?;
+    let controllers = match args.controller {
+        ControllerArg::All => ControllerKind::ALL.to_vec(),
+        one => vec![kind_of(one)],
+    };
+    let telemetry_of = match args.telemetry_of {
+        None => None,
+        Some(ControllerArg::All) => anyhow::bail!("--telemetry-of takes one controller"),
+        Some(one) => Some(kind_of(one)),
+    };
+    let options = BenchOptions {
+        controllers,
+        ceiling: parse_ceiling(args.ceiling.as_deref())?,
+        duration_s: args.duration,
+        seed: args.seed,
+        telemetry_of,
+    };
+    let report = bench::run(&spec, &requests, &options)?;
+    if let Some(path) = &args.telemetry {
+        let mut csv = String::from(bench::TELEMETRY_HEADER);
+        csv.push('\n');
+        for row in &report.telemetry {
+            csv.push_str(&row.csv());
+            csv.push('\n');
+        }
+        crate::fsutil::write_atomic(path, csv.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("encoding report")?);
+    } else {
+        print!("{}", bench::render(&report));
+    }
+    anyhow::ensure!(report.same_service, "controllers did not serve the same tokens");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fit_command(args: FitArgs) -> anyhow::Result<ExitCode> {
+    let rows = super::fit::read_log(&args.log)?;
+    let report = super::fit::fit(&rows, super::model::ModelParams::prior());
+    if let Some(path) = &args.save {
+        report.params.save(path)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("encoding fit")?);
+    } else {
+        let opt =
+            |v: Option<f64>, unit: &str| v.map(|v| format!("{v:.3} {unit}")).unwrap_or_else(|| "-".into());
+        println!("samples                  {}", report.samples);
+        println!("junction-to-sink         {:.4} K/W", report.params.r_js_k_per_w);
+        println!("sink capacity            {:.0} J/K", report.sink_capacity_j_per_k);
+        println!("sink-to-air (stopped)    {}", opt(report.sink_to_air_stopped_k_per_w, "K/W"));
+        println!("sink-to-air (full)       {}", opt(report.sink_to_air_full_k_per_w, "K/W"));
+        println!("30 s-ahead error (MAE)   {}", opt(report.mae_30s_c, "°C"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sys_root(dir: Option<&PathBuf>) -> anyhow::Result<crate::hardware::SysRoot> {
+    match dir {
+        Some(dir) => {
+            anyhow::ensure!(dir.is_dir(), "--root {}: not a directory", dir.display());
+            Ok(crate::hardware::SysRoot::new(dir.clone()))
+        }
+        None => Ok(crate::hardware::SysRoot::live()),
+    }
+}
+
+fn reset_command(args: ResetArgs) -> anyhow::Result<ExitCode> {
+    let root = sys_root(args.root.as_ref())?;
+    let report = super::reset::reset_all(&root, args.hook.as_deref(), args.nvml_lib.as_deref());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("encoding reset report")?);
+    } else {
+        for r in &report.restored {
+            println!("firmware auto: {r}");
+        }
+        for e in &report.errors {
+            eprintln!("failed: {e}");
+        }
+    }
+    Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn control_command(args: ControlArgs) -> anyhow::Result<ExitCode> {
+    use crate::hardware::{Device, Telemetry, Vendor};
+    let root = sys_root(args.root.as_ref())?;
+    let vendor = match args.vendor {
+        VendorArg::Amd => Vendor::Amd,
+        VendorArg::Nvidia => Vendor::Nvidia,
+        VendorArg::Cpu => Vendor::Cpu,
+    };
+    let device = Device {
+        id: args.device_id.clone(),
+        vendor,
+        model: String::new(),
+        pci_id: None,
+        arch: args.arch.clone(),
+        integrated: args.hook.is_some() && vendor != Vendor::Nvidia,
+        memory: Default::default(),
+        driver: Default::default(),
+        sources: Vec::new(),
+        accessible: true,
+        warnings: Vec::new(),
+        uid: None,
+        telemetry: Telemetry {
+            sysfs_path: args.sysfs.clone(),
+            hwmon_path: args.hwmon.clone(),
+            ..Default::default()
+        },
+    };
+    let config = super::ControlConfig {
+        period: std::time::Duration::from_millis(args.period_ms.max(10)),
+        hook: args.hook.clone(),
+        nvml_lib: args.nvml_lib.clone(),
+        ..Default::default()
+    };
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting runtime")?;
+    runtime.block_on(async move {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let stop = cancel.clone();
+        let seconds = args.seconds;
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let deadline = async {
+                match seconds {
+                    Some(s) => tokio::time::sleep(std::time::Duration::from_secs_f64(s.max(0.0))).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                _ = deadline => {}
+            }
+            stop.cancel();
+        });
+        let (_tx, load) = tokio::sync::watch::channel(None);
+        let status = crate::status::StatusModel::new();
+        super::control_loop_with(config, vec![device], root, args.state_dir, load, status.clone(), cancel).await;
+        for (id, t) in status.snapshot().thermal {
+            eprintln!("{id}: {} via {} (junction {:?} °C)", t.mode, t.actuator, t.junction_c);
+        }
+    });
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,93 @@
+//! Fan controllers. Every controller except the bench-only oracle is built only from what a real
+//! device shows ([`DeviceLimits`], [`Observation`]); none reads a plant's parameters.
+
+mod oracle;
+mod predictive;
+mod stock;
+mod target;
+
+use lucebox_engine::LoadSignal;
+
+pub use oracle::Oracle;
+pub use predictive::Predictive;
+pub use stock::Stock;
+pub use target::Target;
+
+/// What the device publishes about itself: its junction limit and fan range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceLimits {
+    pub junction_limit_c: f64,
+    /// Lowest spinning duty.
+    pub min_duty_pct: f64,
+    /// Whether the fan may stop (a command below the floor stops it).
+    pub zero_rpm: bool,
+}
+
+impl DeviceLimits {
+    /// The lowest duty this device accepts that keeps the fan turning, or 0 where it may stop.
+    pub fn lowest_duty(&self) -> f64 {
+        if self.zero_rpm {
+            0.0
+        } else {
+            self.min_duty_pct
+        }
+    }
+}
+
+/// One sensor sample, as a device shows it once per period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// Seconds since the controller started.
+    pub t_s: f64,
+    /// Junction (hotspot) temperature at sensor resolution.
+    pub junction_c: f64,
+    /// Board power averaged over the last period.
+    pub power_w: f64,
+    /// Duty the fan reports now.
+    pub fan_duty_pct: f64,
+    /// The engine's queue, when the engine answers.
+    pub load: Option<LoadSignal>,
+}
+
+/// A controller the bench and the daemon can run: one duty per observation.
+pub trait Controller {
+    fn name(&self) -> &'static str;
+    /// The duty to command for the next period.
+    fn decide(&mut self, obs: &Observation) -> f64;
+    /// The junction temperature this controller expects 30 s from now, if it predicts.
+    fn prediction_30s_c(&self) -> Option<f64> {
+        None
+    }
+    /// Highest junction temperature expected over the controller's horizon, if it predicts.
+    fn predicted_peak_c(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// Piecewise-linear curve (°C → duty %), flat beyond its ends.
+pub(crate) fn interpolate(curve: &[(f64, f64)], t: f64) -> f64 {
+    let Some(&(t0, d0)) = curve.first() else { return 100.0 };
+    if t <= t0 {
+        return d0;
+    }
+    for w in curve.windows(2) {
+        let ((ta, da), (tb, db)) = (w[0], w[1]);
+        if t <= tb {
+            return da + (db - da) * (t - ta) / (tb - ta);
+        }
+    }
+    curve.last().map(|p| p.1).unwrap_or(100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpolation_is_linear_and_flat_outside() {
+        let c = [(40.0, 20.0), (60.0, 40.0)];
+        assert_eq!(interpolate(&c, 30.0), 20.0);
+        assert_eq!(interpolate(&c, 50.0), 30.0);
+        assert_eq!(interpolate(&c, 90.0), 40.0);
+    }
+}

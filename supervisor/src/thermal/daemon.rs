@@ -1,0 +1,308 @@
+//! The 1 Hz control loop of `lucebox run`: per device with a fan actuator, read what the device
+//! shows, let the safety layer judge it, run model + forecast + controller, drive the fan and
+//! publish [`ThermalStatus`]. Fans go back to firmware auto on cancel, on drop and from a panic
+//! hook.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lucebox_engine::LoadSignal;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::actuator::{self, FanActuator};
+use super::controller::{Controller, DeviceLimits, Observation, Predictive};
+use super::model::{model_path, ModelParams};
+use super::safety::{SafetyLayer, Verdict};
+use super::sensors::{HwmonSensors, NvmlSensors, SensorSource};
+use crate::hardware::{Device, SysRoot, Vendor};
+use crate::status::{Level, StatusModel, ThermalStatus};
+
+/// Knobs of the loop; the defaults are what `lucebox run` uses.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub period: Duration,
+    /// Board firmware hook for fans owned by an embedded controller.
+    pub hook: Option<PathBuf>,
+    pub nvml_lib: Option<PathBuf>,
+    /// A duty this close to the last written one is not rewritten ...
+    pub rewrite_below_pct: f64,
+    /// ... unless this long has passed (other overdrive commits may have reverted it).
+    pub refresh: Duration,
+    /// How often the learned model is saved.
+    pub save_every: Duration,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        Self {
+            period: Duration::from_secs(1),
+            hook: None,
+            nvml_lib: None,
+            rewrite_below_pct: 1.0,
+            refresh: Duration::from_secs(30),
+            save_every: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Runs until `cancel`, with the default configuration.
+pub async fn control_loop(
+    devices: Vec<Device>,
+    root: SysRoot,
+    state_dir: PathBuf,
+    load: watch::Receiver<Option<LoadSignal>>,
+    status: StatusModel,
+    cancel: CancellationToken,
+) {
+    control_loop_with(ControlConfig::default(), devices, root, state_dir, load, status, cancel).await
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Predictive,
+    FirmwareAuto,
+    FullSpeed,
+    /// The actuator failed; the fan was left in a safe state and is no longer driven.
+    Failed,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Predictive => "predictive",
+            Mode::FirmwareAuto => "firmware-auto",
+            Mode::FullSpeed => "full-speed",
+            Mode::Failed => "actuator-failed",
+        }
+    }
+}
+
+struct DeviceLoop {
+    id: String,
+    actuator: Box<dyn FanActuator>,
+    sensors: Box<dyn SensorSource>,
+    safety: SafetyLayer,
+    controller: Predictive,
+    limit_c: f64,
+    model_file: PathBuf,
+    mode: Option<Mode>,
+    last_duty: Option<(f64, Instant)>,
+}
+
+impl DeviceLoop {
+    fn open(device: &Device, root: &SysRoot, state_dir: &Path, config: &ControlConfig) -> Option<Self> {
+        let actuator =
+            actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref())?;
+        let sensors: Box<dyn SensorSource> = match device.vendor {
+            Vendor::Nvidia => Box::new(NvmlSensors::open(&device.id, config.nvml_lib.as_deref()).ok()?),
+            _ => Box::new(HwmonSensors::new(root.path(device.telemetry.hwmon_path.as_ref()?))),
+        };
+        let limit_c = sensors.limit_c();
+        let range = actuator.range();
+        let limits = DeviceLimits {
+            junction_limit_c: limit_c,
+            min_duty_pct: range.min_duty_pct,
+            zero_rpm: range.zero_rpm,
+        };
+        let model_file = model_path(state_dir, &device.id, device.uid.as_deref());
+        let params = ModelParams::load_or_prior(&model_file);
+        let period_s = config.period.as_secs_f64();
+        Some(Self {
+            id: device.id.clone(),
+            actuator,
+            sensors,
+            safety: SafetyLayer::new(limit_c),
+            controller: Predictive::new(limits, params, period_s),
+            limit_c,
+            model_file,
+            mode: None,
+            last_duty: None,
+        })
+    }
+
+    /// Puts the fan in a safe state after a failed write: auto, else full speed.
+    fn fall_back(&mut self, status: &StatusModel, why: String) {
+        status.event("thermal", Level::Error, format!("{}: {why}; handing the fan back", self.id));
+        if self.actuator.restore_auto().is_err() {
+            let _ = self.actuator.full_speed();
+        }
+        self.mode = Some(Mode::Failed);
+    }
+
+    fn tick(
+        &mut self,
+        t_s: f64,
+        load: Option<LoadSignal>,
+        status: &StatusModel,
+        config: &ControlConfig,
+    ) -> ThermalStatus {
+        let reading = self.sensors.read();
+        let verdict = self.safety.judge(&reading);
+        let mut safety = None;
+        if self.mode != Some(Mode::Failed) {
+            match &verdict {
+                Verdict::FirmwareAuto(why) => {
+                    safety = Some(why.clone());
+                    if self.mode != Some(Mode::FirmwareAuto) {
+                        status.event("thermal", Level::Warn, format!("{}: {why}; firmware auto", self.id));
+                        match self.actuator.restore_auto() {
+                            Ok(()) => self.mode = Some(Mode::FirmwareAuto),
+                            Err(e) => self.fall_back(status, e.to_string()),
+                        }
+                        self.last_duty = None;
+                    }
+                }
+                Verdict::FullSpeed(why) => {
+                    safety = Some(why.clone());
+                    if self.mode != Some(Mode::FullSpeed) {
+                        status.event("thermal", Level::Warn, format!("{}: {why}; full speed", self.id));
+                        match self.actuator.full_speed() {
+                            Ok(()) => self.mode = Some(Mode::FullSpeed),
+                            Err(e) => self.fall_back(status, e.to_string()),
+                        }
+                        self.last_duty = None;
+                    }
+                }
+                Verdict::Control { floor_pct } => {
+                    if let Ok(r) = &reading {
+                        let obs = Observation {
+                            t_s,
+                            junction_c: r.junction_c,
+                            power_w: r.power_w.unwrap_or(0.0),
+                            fan_duty_pct: r.fan_duty_pct.unwrap_or(0.0),
+                            load,
+                        };
+                        let duty = self.controller.decide(&obs).max(*floor_pct);
+                        let stale = self.last_duty.is_none_or(|(d, at)| {
+                            (d - duty).abs() >= config.rewrite_below_pct || at.elapsed() >= config.refresh
+                        });
+                        if stale || self.mode != Some(Mode::Predictive) {
+                            match self.actuator.set_duty(duty, r.junction_c, self.limit_c) {
+                                Ok(()) => {
+                                    self.mode = Some(Mode::Predictive);
+                                    self.last_duty = Some((duty, Instant::now()));
+                                }
+                                Err(e) => self.fall_back(status, e.to_string()),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let r = reading.as_ref().ok();
+        ThermalStatus {
+            device_id: self.id.clone(),
+            junction_c: r.map(|r| r.junction_c),
+            power_w: r.and_then(|r| r.power_w),
+            fan_duty_pct: r.and_then(|r| r.fan_duty_pct),
+            fan_rpm: r.and_then(|r| r.fan_rpm),
+            limit_c: Some(self.limit_c),
+            predicted_peak_c: self.controller.predicted_peak_c(),
+            mode: self.mode.map(Mode::name).unwrap_or("starting").to_string(),
+            actuator: self.actuator.kind().to_string(),
+            safety,
+        }
+    }
+
+    fn save_model(&self) {
+        if let Err(e) = self.controller.params().save(&self.model_file) {
+            tracing::warn!("thermal model of {}: {e}", self.id);
+        }
+    }
+}
+
+impl Drop for DeviceLoop {
+    fn drop(&mut self) {
+        if let Err(e) = self.actuator.restore_auto() {
+            tracing::error!("{}: could not hand the fan back to firmware auto: {e}", self.id);
+            let _ = self.actuator.full_speed();
+        }
+    }
+}
+
+/// What the panic hook needs to reset every fan.
+struct PanicReset {
+    root: SysRoot,
+    hook: Option<PathBuf>,
+    nvml_lib: Option<PathBuf>,
+}
+
+static PANIC_RESET: OnceLock<Mutex<Option<PanicReset>>> = OnceLock::new();
+
+/// Installs (once per process) a panic hook that hands every fan back to firmware auto before
+/// the previous hook runs.
+fn arm_panic_reset(root: &SysRoot, config: &ControlConfig) {
+    let slot = PANIC_RESET.get_or_init(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(Ok(guard)) = PANIC_RESET.get().map(|m| m.lock()) {
+                if let Some(r) = guard.as_ref() {
+                    let _ = super::reset::reset_all(&r.root, r.hook.as_deref(), r.nvml_lib.as_deref());
+                }
+            }
+            previous(info);
+        }));
+        Mutex::new(None)
+    });
+    if let Ok(mut guard) = slot.lock() {
+        *guard = Some(PanicReset {
+            root: root.clone(),
+            hook: config.hook.clone(),
+            nvml_lib: config.nvml_lib.clone(),
+        });
+    }
+}
+
+pub async fn control_loop_with(
+    config: ControlConfig,
+    devices: Vec<Device>,
+    root: SysRoot,
+    state_dir: PathBuf,
+    load: watch::Receiver<Option<LoadSignal>>,
+    status: StatusModel,
+    cancel: CancellationToken,
+) {
+    let mut loops: Vec<DeviceLoop> =
+        devices.iter().filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config)).collect();
+    if loops.is_empty() {
+        status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
+        return;
+    }
+    arm_panic_reset(&root, &config);
+    let started = Instant::now();
+    let mut last_save = Instant::now();
+    let mut ticker = tokio::time::interval(config.period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let t_s = started.elapsed().as_secs_f64();
+        let signal = load.borrow().clone();
+        let published: Vec<ThermalStatus> =
+            loops.iter_mut().map(|l| l.tick(t_s, signal.clone(), &status, &config)).collect();
+        status.update(|s| {
+            for p in published {
+                s.thermal.insert(p.device_id.clone(), p);
+            }
+        });
+        if last_save.elapsed() >= config.save_every {
+            loops.iter().for_each(DeviceLoop::save_model);
+            last_save = Instant::now();
+        }
+    }
+    loops.iter().for_each(DeviceLoop::save_model);
+    status.update(|s| {
+        for l in &loops {
+            if let Some(t) = s.thermal.get_mut(&l.id) {
+                t.mode = Mode::FirmwareAuto.name().into();
+                t.safety = None;
+            }
+        }
+    });
+    // Dropping the loops hands every fan back to firmware auto.
+    drop(loops);
+}

@@ -1,0 +1,243 @@
+//! Power over the next seconds from the engine's queue: queued prefill, active decode streams
+//! and their remaining tokens, with per-phase power and engine rates learned from what the
+//! device and the engine show. Also the size of a prompt that may arrive unannounced.
+
+use lucebox_engine::LoadSignal;
+
+/// Learning rate of the per-phase power and rate averages.
+const ALPHA: f64 = 0.2;
+/// Streams tracked separately for decode power; more share the last entry's slope.
+const MAX_STREAMS_TRACKED: usize = 16;
+/// Per new request the "large prompt" memory decays by this factor.
+const PROMPT_MEMORY_DECAY: f64 = 0.99;
+
+/// Which phase the engine was in over one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Prefill,
+    Decode(u32),
+}
+
+pub fn phase(load: &LoadSignal) -> Phase {
+    if load.waiting_prompt_tokens() > 0 {
+        Phase::Prefill
+    } else if load.active_streams() > 0 {
+        Phase::Decode(load.active_streams())
+    } else {
+        Phase::Idle
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PowerForecast {
+    idle_w: f64,
+    prefill_w: f64,
+    decode_w: [Option<f64>; MAX_STREAMS_TRACKED],
+    /// Prior decode power for one stream and the extra per stream, until measured.
+    decode_prior_w: (f64, f64),
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    large_prompt_tokens: f64,
+    typical_output_tokens: f64,
+    last: Option<LoadSignal>,
+}
+
+impl Default for PowerForecast {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PowerForecast {
+    /// Generic priors for a discrete GPU; each is replaced by what the device shows within a
+    /// few samples of that phase.
+    pub fn new() -> Self {
+        Self {
+            idle_w: 30.0,
+            prefill_w: 300.0,
+            decode_w: [None; MAX_STREAMS_TRACKED],
+            decode_prior_w: (180.0, 10.0),
+            prefill_tokens_per_s: 1000.0,
+            decode_tokens_per_s: 30.0,
+            large_prompt_tokens: 4000.0,
+            typical_output_tokens: 300.0,
+            last: None,
+        }
+    }
+
+    pub fn prefill_w(&self) -> f64 {
+        self.prefill_w
+    }
+
+    pub fn decode_w(&self, streams: u32) -> f64 {
+        let n = streams.max(1) as usize;
+        if let Some(w) = self.decode_w.get(n - 1).copied().flatten() {
+            return w;
+        }
+        // Extrapolate from the nearest measured stream count with the prior slope.
+        let slope = self.decode_prior_w.1;
+        let nearest = (0..MAX_STREAMS_TRACKED)
+            .filter_map(|i| self.decode_w[i].map(|w| (i + 1, w)))
+            .min_by_key(|(m, _)| m.abs_diff(n));
+        match nearest {
+            Some((m, w)) => (w + slope * (n as f64 - m as f64)).max(self.idle_w),
+            None => self.decode_prior_w.0 + slope * (n as f64 - 1.0),
+        }
+    }
+
+    pub fn phase_w(&self, phase: Phase) -> f64 {
+        match phase {
+            Phase::Idle => self.idle_w,
+            Phase::Prefill => self.prefill_w,
+            Phase::Decode(n) => self.decode_w(n),
+        }
+    }
+
+    /// Seconds an unannounced large prompt would keep the GPU in prefill.
+    pub fn large_prefill_s(&self) -> f64 {
+        self.large_prompt_tokens / self.prefill_tokens_per_s
+    }
+
+    /// Learns from one sample: `power_w` was drawn over the period that ended with `load`.
+    pub fn observe(&mut self, load: &LoadSignal, power_w: f64, dt_s: f64) {
+        let Some(prev) = self.last.replace(load.clone()) else {
+            self.learn_prompts(&LoadSignal::default(), load);
+            return;
+        };
+        let (before, after) = (phase(&prev), phase(load));
+        if before == after {
+            let learn = |v: &mut f64| *v += ALPHA * (power_w - *v);
+            match after {
+                Phase::Idle => learn(&mut self.idle_w),
+                Phase::Prefill => learn(&mut self.prefill_w),
+                Phase::Decode(n) => {
+                    if let Some(slot) = self.decode_w.get_mut(n as usize - 1) {
+                        let w = slot.get_or_insert(power_w);
+                        *w += ALPHA * (power_w - *w);
+                    }
+                }
+            }
+        }
+        self.learn_rates(&prev, load, dt_s);
+        self.learn_prompts(&prev, load);
+    }
+
+    fn learn_rates(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
+        let same_slots = prev.slots.len() == now.slots.len()
+            && prev
+                .slots
+                .iter()
+                .zip(&now.slots)
+                .all(|(a, b)| a.id == b.id && a.prompt_tokens == b.prompt_tokens);
+        if !same_slots || dt_s <= 0.0 {
+            return;
+        }
+        if phase(prev) == Phase::Prefill && phase(now) == Phase::Prefill {
+            let done = prev.waiting_prompt_tokens().saturating_sub(now.waiting_prompt_tokens()) as f64;
+            if done > 0.0 {
+                self.prefill_tokens_per_s += ALPHA * (done / dt_s - self.prefill_tokens_per_s);
+            }
+        }
+        if let (Phase::Decode(n), Phase::Decode(m)) = (phase(prev), phase(now)) {
+            let done = prev.remaining_tokens().saturating_sub(now.remaining_tokens()) as f64;
+            if n == m && done > 0.0 {
+                self.decode_tokens_per_s += ALPHA * (done / (n as f64 * dt_s) - self.decode_tokens_per_s);
+            }
+        }
+    }
+
+    fn learn_prompts(&mut self, prev: &LoadSignal, now: &LoadSignal) {
+        for slot in &now.slots {
+            let known = prev.slots.iter().any(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens);
+            if known {
+                continue;
+            }
+            let tokens = slot.prompt_tokens as f64;
+            self.large_prompt_tokens = tokens.max(self.large_prompt_tokens * PROMPT_MEMORY_DECAY);
+            if let Some(left) = slot.remaining_tokens {
+                let total = (left + slot.decoded_tokens) as f64;
+                self.typical_output_tokens += ALPHA * (total - self.typical_output_tokens);
+            }
+        }
+    }
+
+    /// Power for each of the next `seconds` seconds if no new request arrives: the queued
+    /// prefill first (one prompt at a time), then decode as the streams finish, with deferred
+    /// requests admitted as slots free up.
+    pub fn power(&self, load: Option<&LoadSignal>, seconds: usize, dt_s: f64) -> Vec<f64> {
+        let Some(load) = load else { return vec![self.idle_w; seconds] };
+        let mut waiting = load.waiting_prompt_tokens() as f64;
+        let mut streams: Vec<f64> = load
+            .slots
+            .iter()
+            .filter(|s| s.is_processing)
+            .map(|s| s.remaining_tokens.map(|r| r as f64).unwrap_or(self.typical_output_tokens))
+            .collect();
+        let mut deferred = load.requests_deferred;
+        let capacity = streams.len().max(1);
+        let mut out = Vec::with_capacity(seconds);
+        for _ in 0..seconds {
+            if waiting <= 0.0 && deferred > 0 && streams.len() < capacity {
+                deferred -= 1;
+                waiting += self.large_prompt_tokens;
+                streams.push(self.typical_output_tokens);
+            }
+            if waiting > 0.0 {
+                waiting -= self.prefill_tokens_per_s * dt_s;
+                out.push(self.prefill_w);
+            } else if !streams.is_empty() {
+                out.push(self.decode_w(streams.len() as u32));
+                for s in &mut streams {
+                    *s -= self.decode_tokens_per_s * dt_s;
+                }
+                streams.retain(|s| *s > 0.0);
+            } else {
+                out.push(self.idle_w);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lucebox_engine::SlotLoad;
+
+    fn slot(id: u32, prompt: u64, done: u64, remaining: u64) -> SlotLoad {
+        SlotLoad {
+            id,
+            is_processing: true,
+            prompt_tokens: prompt,
+            prompt_processed: done,
+            decoded_tokens: 0,
+            remaining_tokens: Some(remaining),
+        }
+    }
+
+    fn signal(slots: Vec<SlotLoad>) -> LoadSignal {
+        LoadSignal { requests_processing: slots.len() as u32, slots, ..Default::default() }
+    }
+
+    #[test]
+    fn learns_phase_power_and_rates_then_forecasts_prefill_before_decode() {
+        let mut f = PowerForecast::new();
+        // 12 s of prefill of a 12000-token prompt at 1000 tok/s drawing 250 W, then decode at 140 W.
+        for k in 0..12u64 {
+            f.observe(&signal(vec![slot(1, 12000, k * 1000, 100)]), 250.0, 1.0);
+        }
+        for k in 0..20u64 {
+            f.observe(&signal(vec![slot(1, 12000, 12000, 100 - 5 * k)]), 140.0, 1.0);
+        }
+        assert!((f.prefill_w() - 250.0).abs() < 5.0, "{}", f.prefill_w());
+        assert!((f.decode_w(1) - 140.0).abs() < 5.0);
+        assert!((f.decode_tokens_per_s - 5.0).abs() < 1.0, "{}", f.decode_tokens_per_s);
+        assert!(f.large_prefill_s() >= 8.0, "{}", f.large_prefill_s());
+        let p = f.power(Some(&signal(vec![slot(2, 3000, 0, 20)])), 12, 1.0);
+        let prefill_s = p.iter().take_while(|&&w| w == f.prefill_w()).count();
+        assert!((2..=4).contains(&prefill_s), "{p:?}");
+        assert_eq!(p[prefill_s], f.decode_w(1));
+        assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
+    }
+}

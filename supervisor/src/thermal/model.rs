@@ -1,0 +1,337 @@
+//! The learned thermal model of one device: the junction sits `r_js · P_j` above a heatsink node
+//! (`P_j`: power low-passed by the junction time constant), and the heatsink follows
+//! `dTs/dt = a·P − (b + c·f(d))·(Ts − T0) + e + g·f(d)` with `f(d) = (d/100)^0.7` the airflow of
+//! duty `d`, `T0` a generic ambient and `e + g·f` absorbing the difference to the real one. Every parameter is
+//! projected onto its physical range after each update (a heatsink never cools below ambient).
+//! Both parts are fitted by recursive least squares with forgetting from what the device shows,
+//! starting from a generic prior, and persisted per device.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::ThermalError;
+
+/// Generic junction time constant (GPU dies: ~2–4 s).
+pub const JUNCTION_TAU_S: f64 = 3.0;
+/// Generic airflow exponent (sink-to-air resistance ∝ airflow^-0.6…-0.8).
+const AIRFLOW_EXPONENT: f64 = 0.7;
+/// RLS forgetting factor per settled window: a memory of ~1000 samples spans several fan
+/// speeds, which separating passive from fan-driven cooling needs.
+const FORGETTING: f64 = 0.999;
+/// Seconds over which the heatsink slope is measured (noise of a 1 °C sensor averages out).
+const SLOPE_WINDOW: usize = 10;
+/// Seconds over which a junction step is measured for `r_js`.
+const STEP_LAG: usize = 3;
+/// A power change smaller than this does not teach `r_js`.
+const MIN_STEP_W: f64 = 25.0;
+/// Expected noise of the measured heatsink slope (K/s) for a 1 °C sensor over the window.
+const SLOPE_NOISE: f64 = 0.05;
+const PARAMS: usize = 5;
+/// Largest gap between power and junction-filtered power for a settled window.
+const SETTLED_W: f64 = 12.0;
+/// Generic ambient the model measures from (inside a case).
+const AMBIENT_PRIOR_C: f64 = 30.0;
+const FORMAT_VERSION: u32 = 1;
+
+/// Airflow share of a duty.
+pub fn airflow(duty_pct: f64) -> f64 {
+    (duty_pct.clamp(0.0, 100.0) / 100.0).powf(AIRFLOW_EXPONENT)
+}
+
+/// The persisted part of the model.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelParams {
+    pub version: u32,
+    pub r_js_k_per_w: f64,
+    pub r_js_var: f64,
+    /// `[a, b, c, e, g]` of the heatsink equation.
+    pub sink: [f64; PARAMS],
+    pub sink_cov: [[f64; PARAMS]; PARAMS],
+    pub updates: u64,
+}
+
+impl ModelParams {
+    /// A generic discrete GPU: sink 400 J/K, sink-to-air 0.7 K/W stopped and 0.15 K/W at full
+    /// airflow, 30 °C inside the case. Deliberately on the warm side: the fan errs loud, not hot.
+    pub fn prior() -> Self {
+        let (cap, g_stopped, g_full) = (400.0, 1.0 / 0.7, 1.0 / 0.15);
+        let sink = [1.0 / cap, g_stopped / cap, (g_full - g_stopped) / cap, 0.0, 0.0];
+        let mut sink_cov = [[0.0; PARAMS]; PARAMS];
+        for i in 0..PARAMS {
+            // 70 % prior uncertainty per parameter, in units of the slope noise.
+            sink_cov[i][i] = (0.7 * sink[i] / SLOPE_NOISE).powi(2);
+        }
+        // The offset terms: ±10 °C of ambient error at the prior conductances.
+        sink_cov[3][3] = (10.0 * sink[1] / SLOPE_NOISE).powi(2);
+        sink_cov[4][4] = (10.0 * sink[2] / SLOPE_NOISE).powi(2);
+        Self {
+            version: FORMAT_VERSION,
+            r_js_k_per_w: 0.08,
+            r_js_var: 0.05_f64.powi(2) / 0.5_f64.powi(2),
+            sink,
+            sink_cov,
+            updates: 0,
+        }
+    }
+
+    fn is_sane(&self) -> bool {
+        let [a, b, c, _, _] = self.sink;
+        self.version == FORMAT_VERSION
+            && self.r_js_k_per_w.is_finite()
+            && self.sink.iter().all(|v| v.is_finite())
+            && self.sink_cov.iter().flatten().all(|v| v.is_finite())
+            && a > 0.0
+            && b >= 0.0
+            && c >= 0.0
+    }
+
+    /// Keeps the heatsink parameters physical: capacity between 50 J/K and 5 kJ/K, heatsink time
+    /// constants of 10 s or more, no negative conductance, ambient within ±25 °C of the prior.
+    fn project(&mut self) {
+        self.sink[0] = self.sink[0].clamp(1.0 / 5000.0, 1.0 / 50.0);
+        self.sink[1] = self.sink[1].clamp(0.0, 0.1);
+        self.sink[2] = self.sink[2].clamp(0.0, 0.1 - self.sink[1]);
+        self.sink[3] = self.sink[3].clamp(-25.0 * self.sink[1], 25.0 * self.sink[1]);
+        self.sink[4] = self.sink[4].clamp(-25.0 * self.sink[2], 25.0 * self.sink[2]);
+    }
+
+    /// Loads a saved model; a missing, unreadable or corrupt file yields the prior.
+    pub fn load_or_prior(path: &Path) -> Self {
+        std::fs::read(path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ModelParams>(&bytes).ok())
+            .filter(ModelParams::is_sane)
+            .unwrap_or_else(Self::prior)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ThermalError> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| ThermalError::Invalid {
+            path: path.to_path_buf(),
+            field: "model".into(),
+            why: e.to_string(),
+        })?;
+        crate::fsutil::write_atomic(path, &json)
+            .map_err(|e| ThermalError::Io { path: path.to_path_buf(), source: e })
+    }
+}
+
+/// Where a device's model lives: `<state_dir>/thermal/<pci address>-<uid>.json`.
+pub fn model_path(state_dir: &Path, device_id: &str, uid: Option<&str>) -> PathBuf {
+    let key = format!("{device_id}-{}", uid.unwrap_or("nouid"));
+    let safe: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect();
+    state_dir.join("thermal").join(format!("{safe}.json"))
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    junction_c: f64,
+    power_w: f64,
+    power_j_w: f64,
+    airflow: f64,
+}
+
+/// The model plus its filter state.
+#[derive(Debug, Clone)]
+pub struct ThermalModel {
+    pub params: ModelParams,
+    power_j_w: Option<f64>,
+    history: VecDeque<Sample>,
+    dt_s: f64,
+}
+
+impl ThermalModel {
+    pub fn new(params: ModelParams, dt_s: f64) -> Self {
+        Self { params, power_j_w: None, history: VecDeque::with_capacity(SLOPE_WINDOW + 1), dt_s }
+    }
+
+    /// Power as the junction feels it (low-passed by its time constant).
+    pub fn power_j_w(&self) -> Option<f64> {
+        self.power_j_w
+    }
+
+    fn junction_filter(&self) -> f64 {
+        1.0 - (-self.dt_s / JUNCTION_TAU_S).exp()
+    }
+
+    /// Feeds one sample (taken every `dt_s`) and updates the fit.
+    pub fn observe(&mut self, junction_c: f64, power_w: f64, duty_pct: f64) {
+        let pj = match self.power_j_w {
+            Some(pj) => pj + (power_w - pj) * self.junction_filter(),
+            None => power_w,
+        };
+        self.power_j_w = Some(pj);
+        if self.history.len() == SLOPE_WINDOW {
+            self.history.pop_front();
+        }
+        self.history.push_back(Sample { junction_c, power_w, power_j_w: pj, airflow: airflow(duty_pct) });
+        self.learn_r_js();
+        self.learn_sink();
+    }
+
+    fn learn_r_js(&mut self) {
+        let n = self.history.len();
+        if n <= STEP_LAG {
+            return;
+        }
+        let (now, then) = (self.history[n - 1], self.history[n - 1 - STEP_LAG]);
+        let x = now.power_j_w - then.power_j_w;
+        if x.abs() < MIN_STEP_W {
+            return;
+        }
+        let y = now.junction_c - then.junction_c;
+        let p = &mut self.params;
+        let gain = p.r_js_var * x / (0.98 + x * p.r_js_var * x);
+        p.r_js_k_per_w = (p.r_js_k_per_w + gain * (y - x * p.r_js_k_per_w)).clamp(0.02, 0.3);
+        p.r_js_var = ((1.0 - gain * x) * p.r_js_var / 0.98).min(ModelParams::prior().r_js_var);
+    }
+
+    fn sink_c(&self, s: &Sample) -> f64 {
+        s.junction_c - self.params.r_js_k_per_w * s.power_j_w
+    }
+
+    fn learn_sink(&mut self) {
+        if self.history.len() < SLOPE_WINDOW {
+            return;
+        }
+        // Only windows where the junction has settled on the power: in a power step the junction
+        // moves ten times faster than the heatsink and any error in r_js would swamp the slope.
+        if self.history.iter().any(|s| (s.power_w - s.power_j_w).abs() > SETTLED_W) {
+            return;
+        }
+        let half = SLOPE_WINDOW / 2;
+        let mean_sink = |range: std::ops::Range<usize>| {
+            range.clone().map(|i| self.sink_c(&self.history[i])).sum::<f64>() / range.len() as f64
+        };
+        let y = (mean_sink(half..SLOPE_WINDOW) - mean_sink(0..half)) / (half as f64 * self.dt_s);
+        let mut x = [0.0; PARAMS];
+        for s in &self.history {
+            let ts = self.sink_c(s);
+            let rise = ts - AMBIENT_PRIOR_C;
+            let row = [s.power_j_w, -rise, -rise * s.airflow, 1.0, s.airflow];
+            for i in 0..PARAMS {
+                x[i] += row[i] / SLOPE_WINDOW as f64;
+            }
+        }
+        let p = &mut self.params;
+        let px: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| p.sink_cov[i][j] * x[j]).sum()).collect();
+        let denom = FORGETTING + (0..PARAMS).map(|i| x[i] * px[i]).sum::<f64>();
+        let err = y - (0..PARAMS).map(|i| p.sink[i] * x[i]).sum::<f64>();
+        let mut next = p.sink;
+        for i in 0..PARAMS {
+            next[i] += px[i] / denom * err;
+        }
+        let prior = ModelParams::prior();
+        let mut cov = p.sink_cov;
+        for i in 0..PARAMS {
+            for j in 0..PARAMS {
+                cov[i][j] = (p.sink_cov[i][j] - px[i] * px[j] / denom) / FORGETTING;
+            }
+        }
+        // Bound the covariance so directions the data never excites do not wind up.
+        for i in 0..PARAMS {
+            let limit = prior.sink_cov[i][i];
+            if cov[i][i] > limit {
+                let scale = (limit / cov[i][i]).sqrt();
+                cov[i].iter_mut().for_each(|v| *v *= scale);
+                cov.iter_mut().for_each(|row| row[i] *= scale);
+            }
+        }
+        let mut candidate = ModelParams { sink: next, sink_cov: cov, ..p.clone() };
+        candidate.project();
+        if candidate.is_sane() {
+            p.sink = candidate.sink;
+            p.sink_cov = cov;
+            p.updates += 1;
+        }
+    }
+
+    /// The heatsink temperature implied by a junction reading now.
+    pub fn sink_estimate_c(&self, junction_c: f64) -> f64 {
+        junction_c - self.params.r_js_k_per_w * self.power_j_w.unwrap_or(0.0)
+    }
+
+    /// Predicts the junction over `power.len()` steps from a junction reading now, with
+    /// `duty(k)` commanded at step k; calls `visit(k, junction)` for each step.
+    pub fn predict(
+        &self,
+        junction_c: f64,
+        power: &[f64],
+        duty: impl Fn(usize) -> f64,
+        mut visit: impl FnMut(usize, f64),
+    ) {
+        let [a, b, c, e, g] = self.params.sink;
+        let r_js = self.params.r_js_k_per_w;
+        let alpha = self.junction_filter();
+        let mut pj = self.power_j_w.unwrap_or(0.0);
+        let mut ts = junction_c - r_js * pj;
+        for (k, &p) in power.iter().enumerate() {
+            let f = airflow(duty(k));
+            ts += self.dt_s * (a * pj - (b + c * f) * (ts - AMBIENT_PRIOR_C) + e + g * f);
+            pj += (p - pj) * alpha;
+            visit(k, ts + r_js * pj);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corrupt_or_missing_state_falls_back_to_the_prior_and_saves_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = model_path(dir.path(), "0000:03:00.0", Some("abc/def"));
+        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("0000_03_00.0-abc_def"));
+        assert_eq!(ModelParams::load_or_prior(&path), ModelParams::prior());
+        let mut p = ModelParams::prior();
+        p.r_js_k_per_w = 0.11;
+        p.save(&path).unwrap();
+        let loaded = ModelParams::load_or_prior(&path);
+        assert_eq!(loaded.r_js_k_per_w, p.r_js_k_per_w);
+        assert!(loaded.sink.iter().zip(&p.sink).all(|(a, b)| (a - b).abs() < 1e-12));
+        std::fs::write(&path, b"{not json").unwrap();
+        assert_eq!(ModelParams::load_or_prior(&path), ModelParams::prior());
+    }
+
+    /// Drives a true two-node plant with power and fan steps and checks the fit predicts it.
+    #[test]
+    fn learns_a_plant_it_was_not_given() {
+        let (cj, cs, rjs, rfull, rstop, amb) = (40.0, 900.0, 0.05, 0.09, 0.5, 22.0);
+        let mut model = ThermalModel::new(ModelParams::prior(), 1.0);
+        let (mut tj, mut ts) = (amb, amb);
+        let sim = |tj: &mut f64, ts: &mut f64, p: f64, d: f64| {
+            for _ in 0..10 {
+                let rsa = if d <= 0.0 { rstop } else { (rfull * (d / 100.0f64).powf(-0.7)).min(rstop) };
+                let q = (*tj - *ts) / rjs;
+                *tj += 0.1 * (p - q) / cj;
+                *ts += 0.1 * (q - (*ts - amb) / rsa) / cs;
+            }
+        };
+        for k in 0..4000 {
+            let p = if (k / 90) % 3 == 0 {
+                40.0
+            } else if (k / 90) % 3 == 1 {
+                300.0
+            } else {
+                180.0
+            };
+            let d = [20.0, 45.0, 70.0, 100.0][(k / 400) % 4];
+            sim(&mut tj, &mut ts, p, d);
+            model.observe((tj).round(), p, d);
+        }
+        assert!((model.params.r_js_k_per_w - rjs).abs() < 0.02, "r_js {}", model.params.r_js_k_per_w);
+        // Predict 120 s of 250 W at 50 % from the current state and compare with the truth.
+        let start = tj;
+        let mut predicted = 0.0;
+        model.predict(start, &vec![250.0; 120], |_| 50.0, |_, t| predicted = t);
+        for _ in 0..120 {
+            sim(&mut tj, &mut ts, 250.0, 50.0);
+        }
+        assert!((predicted - tj).abs() < 4.0, "predicted {predicted:.1} true {tj:.1} {:?}", model.params);
+    }
+}

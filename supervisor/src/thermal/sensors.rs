@@ -1,0 +1,117 @@
+//! What a device shows: junction temperature, board power and fan speed, read from amdgpu hwmon
+//! or NVML, plus the junction limit the device publishes.
+
+use std::path::{Path, PathBuf};
+
+use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
+use nvml_wrapper::Nvml;
+
+/// Where a device publishes no limit, this one is used.
+pub const DEFAULT_LIMIT_C: f64 = 90.0;
+/// The control limit sits this far under the card's critical junction temperature.
+const LIMIT_BELOW_CRITICAL_C: f64 = 15.0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Readings {
+    pub junction_c: f64,
+    pub power_w: Option<f64>,
+    pub fan_rpm: Option<f64>,
+    pub fan_duty_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum SensorError {
+    #[error("{0}: missing or unreadable")]
+    Missing(PathBuf),
+    #[error("{path}: not a number: {text:?}")]
+    Garbage { path: PathBuf, text: String },
+    #[error("NVML: {0}")]
+    Nvml(String),
+}
+
+pub trait SensorSource: Send {
+    fn read(&mut self) -> Result<Readings, SensorError>;
+    /// The junction limit the device publishes.
+    fn limit_c(&self) -> f64;
+}
+
+/// amdgpu hwmon: `temp2_input` (junction, m°C; `temp1_input` where there is no junction
+/// sensor), `power1_average`/`power1_input` (µW), `fan1_input` (rpm), `pwm1` (0–255).
+pub struct HwmonSensors {
+    dir: PathBuf,
+    /// Chosen once: a junction file that vanishes later must not silently become the edge.
+    junction: PathBuf,
+    limit_c: f64,
+}
+
+fn read_number(path: &Path) -> Result<f64, SensorError> {
+    let text = std::fs::read_to_string(path).map_err(|_| SensorError::Missing(path.to_path_buf()))?;
+    text.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| SensorError::Garbage {
+        path: path.to_path_buf(),
+        text: text.chars().take(40).collect(),
+    })
+}
+
+impl HwmonSensors {
+    pub fn new(dir: PathBuf) -> Self {
+        let name = if dir.join("temp2_input").exists() { "temp2" } else { "temp1" };
+        let limit_c = read_number(&dir.join(format!("{name}_crit")))
+            .map(|m| m / 1000.0 - LIMIT_BELOW_CRITICAL_C)
+            .unwrap_or(DEFAULT_LIMIT_C);
+        Self { junction: dir.join(format!("{name}_input")), dir, limit_c }
+    }
+}
+
+impl SensorSource for HwmonSensors {
+    fn read(&mut self) -> Result<Readings, SensorError> {
+        let junction_c = read_number(&self.junction)? / 1000.0;
+        let power = read_number(&self.dir.join("power1_average"))
+            .or_else(|_| read_number(&self.dir.join("power1_input")));
+        let power_w = match power {
+            Ok(uw) => Some(uw / 1e6),
+            Err(e @ SensorError::Garbage { .. }) => return Err(e),
+            Err(_) => None,
+        };
+        let fan_rpm = read_number(&self.dir.join("fan1_input")).ok();
+        let fan_duty_pct = read_number(&self.dir.join("pwm1")).ok().map(|p| p * 100.0 / 255.0);
+        Ok(Readings { junction_c, power_w, fan_rpm, fan_duty_pct })
+    }
+
+    fn limit_c(&self) -> f64 {
+        self.limit_c
+    }
+}
+
+/// NVIDIA through NVML: GPU temperature, power usage (mW) and fan speed (%).
+pub struct NvmlSensors {
+    nvml: Nvml,
+    bus_id: String,
+    limit_c: f64,
+}
+
+impl NvmlSensors {
+    pub fn open(bus_id: &str, lib: Option<&Path>) -> Result<Self, SensorError> {
+        let nvml = super::actuator::load_nvml(lib).map_err(|e| SensorError::Nvml(e.to_string()))?;
+        let limit_c = nvml
+            .device_by_pci_bus_id(bus_id)
+            .and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown))
+            .map(|t| t as f64 - 5.0)
+            .unwrap_or(DEFAULT_LIMIT_C - 7.0);
+        Ok(Self { nvml, bus_id: bus_id.to_string(), limit_c })
+    }
+}
+
+impl SensorSource for NvmlSensors {
+    fn read(&mut self) -> Result<Readings, SensorError> {
+        let err = |e: nvml_wrapper::error::NvmlError| SensorError::Nvml(e.to_string());
+        let device = self.nvml.device_by_pci_bus_id(self.bus_id.as_str()).map_err(err)?;
+        let junction_c = device.temperature(TemperatureSensor::Gpu).map_err(err)? as f64;
+        let power_w = device.power_usage().ok().map(|mw| mw as f64 / 1000.0);
+        let fan_duty_pct = device.fan_speed(0).ok().map(|p| p as f64);
+        Ok(Readings { junction_c, power_w, fan_rpm: None, fan_duty_pct })
+    }
+
+    fn limit_c(&self) -> f64 {
+        self.limit_c
+    }
+}

@@ -1,0 +1,250 @@
+//! `lucebox detect` against captured host trees, the fake NVML, damaged trees and this machine.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn detect_json(fixture: &str) -> Value {
+    json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(host_fixture(fixture))))
+}
+
+fn device<'a>(detection: &'a Value, id: &str) -> &'a Value {
+    detection["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == id)
+        .unwrap_or_else(|| panic!("no device {id} in {detection:#}"))
+}
+
+fn gpus(detection: &Value) -> Vec<&Value> {
+    detection["devices"].as_array().unwrap().iter().filter(|d| d["vendor"] != "cpu").collect()
+}
+
+/// (fixture, PCI address, model, arch, dedicated MiB, shared MiB, integrated)
+const EXPECTED: &[(&str, &str, &str, &str, u64, u64, bool)] = &[
+    ("rtx3090-desktop", "0000:01:00.0", "RTX 3090", "sm_86", 24576, 0, false),
+    ("rtx2080ti", "0000:01:00.0", "RTX 2080 Ti", "sm_75", 11264, 0, false),
+    ("rtx5090", "0000:01:00.0", "RTX 5090", "sm_120", 32607, 0, false),
+    ("r9700", "0000:03:00.0", "Radeon AI PRO R9700", "gfx1201", 32624, 0, false),
+    ("strix-halo-128g", "0000:c3:00.0", "Radeon 8060S", "gfx1151", 512, 122880, true),
+    ("lucebox-r9700-strix", "0000:03:00.0", "Radeon AI PRO R9700", "gfx1201", 32624, 0, false),
+    ("lucebox-r9700-strix", "0000:c3:00.0", "Radeon 8060S", "gfx1151", 512, 122880, true),
+    ("unknown-amd", "0000:0d:00.0", "AMD GPU 1002:73bf", "gfx1030", 16368, 0, false),
+];
+
+#[test]
+fn every_fixture_gives_the_right_model_arch_memory_and_integration() {
+    for &(fixture, id, model, arch, dedicated, shared, integrated) in EXPECTED {
+        let detection = detect_json(fixture);
+        let d = device(&detection, id);
+        assert_eq!(d["model"], model, "{fixture} {id}");
+        assert_eq!(d["arch"], arch, "{fixture} {id}");
+        assert_eq!(d["memory"]["dedicated_mib"], dedicated, "{fixture} {id}");
+        assert_eq!(d["memory"]["shared_mib"], shared, "{fixture} {id}");
+        assert_eq!(d["integrated"], integrated, "{fixture} {id}");
+        let usable = d["memory"]["usable_mib"].as_u64().unwrap();
+        assert!(usable > 0 && usable <= dedicated + shared, "{fixture} {id}: usable {usable}");
+        // Every device of the contract carries these fields.
+        for key in [
+            "id",
+            "vendor",
+            "model",
+            "pci_id",
+            "arch",
+            "integrated",
+            "memory",
+            "driver",
+            "sources",
+            "warnings",
+        ] {
+            assert!(d.get(key).is_some(), "{fixture} {id}: missing {key}");
+        }
+    }
+}
+
+#[test]
+fn unified_memory_counts_the_gtt_pool() {
+    let detection = detect_json("strix-halo-128g");
+    let igpu = device(&detection, "0000:c3:00.0");
+    // A 512 MiB carve-out must not hide the 120 GiB the GPU can map.
+    assert!(igpu["memory"]["usable_mib"].as_u64().unwrap() > 100_000, "{igpu:#}");
+    assert_eq!(detection["host"]["memory_mib"], 130_560);
+    assert_eq!(detection["host"]["board"]["vendor"], "Framework");
+}
+
+#[test]
+fn two_gpu_lucebox_lists_both_and_the_cpu() {
+    let detection = detect_json("lucebox-r9700-strix");
+    assert_eq!(gpus(&detection).len(), 2);
+    assert!(detection["devices"].as_array().unwrap().iter().any(|d| d["id"] == "cpu"));
+}
+
+#[test]
+fn machine_without_gpu_has_only_the_cpu() {
+    let detection = detect_json("no-gpu");
+    assert!(gpus(&detection).is_empty(), "{detection:#}");
+    let cpu = device(&detection, "cpu");
+    assert_eq!(cpu["model"], "Intel(R) Xeon(R) E-2388G CPU @ 3.20GHz");
+    assert_eq!(detection["host"]["cores"], 8);
+    assert_eq!(detection["host"]["threads"], 16);
+    assert_eq!(detection["host"]["memory_mib"], 32_000);
+}
+
+#[test]
+fn nvidia_without_nvml_is_marked_expected_not_measured() {
+    let detection = detect_json("rtx3090-desktop");
+    let gpu = device(&detection, "0000:01:00.0");
+    assert_eq!(gpu["memory"]["measured"], false);
+    assert_eq!(gpu["sources"], serde_json::json!(["pci", "proc-nvidia"]));
+    assert_eq!(gpu["driver"]["version"], "570.124.04");
+    assert_eq!(gpu["uid"], "GPU-7a1c3f52-3e0d-9b1e-4f62-0a9d3c5e8b21");
+}
+
+#[test]
+fn nvml_path_through_the_real_nvml_wrapper_and_a_fake_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = build_fake_nvml(dir.path());
+    for fixture in ["rtx3090-desktop", "rtx2080ti", "rtx5090"] {
+        let root = host_fixture(fixture);
+        let output = run_ok(
+            lucebox()
+                .args(["detect", "--json", "--root"])
+                .arg(&root)
+                .arg("--nvml-lib")
+                .arg(&lib)
+                .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
+        );
+        let detection = json_of(&output);
+        let config: Value = serde_json::from_slice(&std::fs::read(root.join("nvml.json")).unwrap()).unwrap();
+        let want = &config["devices"][0];
+        let gpu = device(&detection, "0000:01:00.0");
+        assert!(gpu["sources"].as_array().unwrap().contains(&Value::from("nvml")), "{fixture}: {gpu:#}");
+        assert_eq!(gpu["memory"]["measured"], true, "{fixture}");
+        assert_eq!(gpu["memory"]["dedicated_mib"], want["memory_total_mib"], "{fixture}");
+        assert_eq!(
+            gpu["arch"],
+            format!("sm_{}{}", want["cc_major"], want["cc_minor"]),
+            "{fixture}: arch comes from NVML's compute capability"
+        );
+        assert_eq!(gpu["uid"], want["uuid"], "{fixture}");
+        assert_eq!(gpu["telemetry"]["fans"], want["num_fans"], "{fixture}");
+        assert_eq!(gpu["telemetry"]["temperature_c"].as_f64(), want["temperature_c"].as_f64(), "{fixture}");
+        assert_eq!(gpu["accessible"], true, "{fixture}: {gpu:#}");
+        assert_eq!(detection["host"]["drivers"]["nvidia"], config["driver_version"], "{fixture}");
+        assert!(detection["host"]["drivers"]["cuda"].is_string(), "{fixture}");
+    }
+}
+
+#[test]
+fn nvml_that_fails_to_initialise_is_a_warning_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = build_fake_nvml(dir.path());
+    let config = dir.path().join("nvml.json");
+    std::fs::write(&config, r#"{"init_error": 9, "devices": []}"#).unwrap();
+    let detection = json_of(&run_ok(
+        lucebox()
+            .args(["detect", "--json", "--root"])
+            .arg(host_fixture("rtx3090-desktop"))
+            .arg("--nvml-lib")
+            .arg(&lib)
+            .env("FAKE_NVML_CONFIG", &config),
+    ));
+    let warnings = detection["warnings"].to_string();
+    assert!(warnings.contains("nvml"), "{warnings}");
+    let gpu = device(&detection, "0000:01:00.0");
+    assert_eq!(gpu["model"], "RTX 3090", "PCI still names the card");
+    assert_eq!(gpu["accessible"], false);
+}
+
+#[test]
+fn missing_nvml_library_is_a_warning() {
+    let detection = json_of(&run_ok(
+        lucebox()
+            .args(["detect", "--json", "--root"])
+            .arg(host_fixture("rtx3090-desktop"))
+            .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]),
+    ));
+    assert!(detection["warnings"].to_string().contains("/nonexistent/libnvidia-ml.so.1"));
+    assert_eq!(gpus(&detection).len(), 1);
+}
+
+#[test]
+fn gpus_a_container_cannot_use_name_the_fix() {
+    let detection = detect_json("container-no-gpu-access");
+    assert_eq!(detection["host"]["in_container"], true);
+    let nvidia = device(&detection, "0000:01:00.0");
+    assert_eq!(nvidia["accessible"], false);
+    assert!(nvidia["warnings"].to_string().contains("--gpus all"), "{nvidia:#}");
+    let amd = device(&detection, "0000:0d:00.0");
+    assert_eq!(amd["accessible"], false);
+    assert!(amd["warnings"].to_string().contains("--device /dev/kfd --device /dev/dri"), "{amd:#}");
+    // The human table says it too.
+    let table = String::from_utf8(
+        run_ok(lucebox().args(["detect", "--root"]).arg(host_fixture("container-no-gpu-access"))).stdout,
+    )
+    .unwrap();
+    assert!(table.contains("--gpus all") && table.contains("/dev/kfd"), "{table}");
+}
+
+#[test]
+fn garbage_and_missing_files_become_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    copy_tree(&host_fixture("lucebox-r9700-strix"), &root);
+    let r9700 = root.join("sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0");
+    std::fs::write(r9700.join("mem_info_vram_total"), "lots of memory\n").unwrap();
+    std::fs::write(root.join("sys/class/kfd/kfd/topology/nodes/1/properties"), [0xff, 0xfe, 0x00]).unwrap();
+    std::fs::write(root.join("proc/cpuinfo"), [0x80, 0x81]).unwrap();
+    std::fs::remove_file(root.join("proc/meminfo")).unwrap();
+    // A bus entry whose class file is garbage, and one that dangles.
+    let host_bridge = root.join("sys/devices/pci0000:00/0000:00:00.0");
+    std::fs::write(host_bridge.join("class"), "0xZZZ\n").unwrap();
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:00/nowhere",
+        root.join("sys/bus/pci/devices/0000:09:00.0"),
+    )
+    .unwrap();
+
+    let detection = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let all_warnings = detection.to_string();
+    for expected in ["mem_info_vram_total", "/proc/cpuinfo", "MemTotal", "0000:00:00.0", "0000:09:00.0"] {
+        assert!(all_warnings.contains(expected), "no warning naming {expected}: {detection:#}");
+    }
+    // Both GPUs are still found; the R9700 falls back to its specified memory.
+    let r9700 = device(&detection, "0000:03:00.0");
+    assert_eq!(r9700["model"], "Radeon AI PRO R9700");
+    assert_eq!(r9700["arch"], "gfx1201", "from the table when KFD is unreadable");
+    assert_eq!(r9700["memory"]["measured"], false);
+    assert_eq!(device(&detection, "0000:c3:00.0")["arch"], "gfx1151");
+}
+
+#[test]
+fn json_snapshots_of_every_fixture() {
+    let mut names: Vec<String> = std::fs::read_dir(repo_root().join("tests/fixtures/hosts"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "{names:?}");
+    for name in names {
+        let detection = detect_json(&name);
+        insta::with_settings!({snapshot_path => repo_root().join("tests/snapshots"), prepend_module_to_snapshot => false}, {
+            insta::assert_json_snapshot!(format!("detect-{name}"), detection);
+        });
+    }
+}
+
+#[test]
+fn this_machine_detects_the_cpu_and_exits_zero() {
+    let detection = json_of(&run_ok(lucebox().args(["detect", "--json"])));
+    let cpu = device(&detection, "cpu");
+    assert!(cpu["memory"]["usable_mib"].as_u64().unwrap() > 0);
+    assert!(detection["host"]["cores"].as_u64().unwrap() >= 1);
+    assert!(detection["host"]["memory_mib"].as_u64().unwrap() > 0);
+    let table = run_ok(lucebox().arg("detect"));
+    assert!(String::from_utf8_lossy(&table.stdout).contains("cpu"));
+}

@@ -1,0 +1,226 @@
+//! Every TUF attack class against a box that runs signed set v1: the update is rejected with a
+//! clear error and nothing on disk changes. The repositories are real (`tough::editor`) and
+//! served by a real HTTP server on 127.0.0.1.
+
+#[path = "ota_support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use lucebox::ota::http::HttpClient;
+use lucebox::ota::publish::Expiry;
+use lucebox::ota::repo::RepoSource;
+use lucebox::ota::{ActivationFuture, Activator, ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
+use lucebox::status::StatusModel;
+use support::{copy_dir, make_set, publish, snapshot, FileServer, PublishSpec};
+
+struct Healthy;
+
+impl Activator for Healthy {
+    fn activate<'a>(&'a self, _set_dir: &'a Path) -> ActivationFuture<'a> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A box with v1 committed from `www/repo`, and the web root the attacker controls.
+struct Scenario {
+    _tmp: tempfile::TempDir,
+    state: PathBuf,
+    www: PathBuf,
+    sets: PathBuf,
+    server: FileServer,
+}
+
+impl Scenario {
+    async fn new(spec: &PublishSpec<'_>) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let (state, www, sets) = (tmp.path().join("state"), tmp.path().join("www"), tmp.path().join("sets"));
+        std::fs::create_dir_all(&www).unwrap();
+        make_set(&sets.join("v1"), 1, "name = \"v1\"\n", &[]);
+        publish(&sets.join("v1"), &www.join("repo"), spec).await;
+        let server = FileServer::start(&www).await;
+        let s = Self { _tmp: tmp, state, www, sets, server };
+        let outcome = s.apply("repo").await.unwrap();
+        assert!(matches!(outcome, ApplyOutcome::Committed { version: 1, .. }), "{outcome:?}");
+        s
+    }
+
+    fn updater(&self, repo: &str) -> Updater {
+        Updater {
+            paths: OtaPaths { state_dir: self.state.clone(), models_dir: self.state.join("models") },
+            trusted_root: std::fs::read(self.www.join("repo/root.json")).unwrap(),
+            source: RepoSource::parse(&self.server.url(repo)).unwrap(),
+            http: HttpClient::new(Default::default()),
+            status: StatusModel::new(),
+        }
+    }
+
+    async fn apply(&self, repo: &str) -> Result<ApplyOutcome, OtaError> {
+        self.updater(repo).apply(&Healthy, ApplyOptions { force: true, ..Default::default() }).await
+    }
+
+    /// Publishes set `version` into `www/<repo>` (copied from `www/<base>` first when given).
+    async fn publish(&self, base: Option<&str>, repo: &str, version: u64, spec: &PublishSpec<'_>) {
+        if let Some(base) = base {
+            copy_dir(&self.www.join(base), &self.www.join(repo));
+        }
+        let set = self.sets.join(format!("{repo}-v{version}"));
+        make_set(&set, version, &format!("name = \"{repo} v{version}\"\n"), &[]);
+        publish(&set, &self.www.join(repo), spec).await;
+    }
+
+    /// Applies from `repo`, expects a rejection whose text has every one of `needles`, and checks
+    /// the state directory is byte-for-byte what it was.
+    async fn assert_rejected(&self, repo: &str, needles: &[&str]) -> String {
+        let trusted_timestamp = self.trusted_timestamp();
+        let before = snapshot(&self.state);
+        let err = self.apply(repo).await.expect_err("attack must be rejected").to_string();
+        for needle in needles {
+            assert!(err.to_lowercase().contains(&needle.to_lowercase()), "error {err:?} lacks {needle:?}");
+        }
+        assert_eq!(snapshot(&self.state), before, "state changed on disk after: {err}");
+        let current = std::fs::read_link(self.state.join("sets/current")).unwrap();
+        let profile =
+            std::fs::read_to_string(self.state.join("sets").join(current).join("profiles/tiny.toml"))
+                .unwrap();
+        assert_eq!(profile, "name = \"v1\"\n");
+        if needles.contains(&"timestamp") {
+            assert_eq!(self.trusted_timestamp(), trusted_timestamp, "rejected timestamp was trusted");
+        }
+        err
+    }
+
+    /// The timestamp metadata tough trusts (persisted in the datastore).
+    fn trusted_timestamp(&self) -> Vec<u8> {
+        std::fs::read(self.state.join("ota/datastore/timestamp.json")).unwrap()
+    }
+}
+
+fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut value);
+    std::fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn bad_signature_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "evil", 2, &PublishSpec::default()).await;
+    edit_json(&s.www.join("evil/metadata/timestamp.json"), |v| {
+        let sig = v["signatures"][0]["sig"].as_str().unwrap().to_string();
+        let (first, rest) = sig.split_at(1);
+        let flipped = format!("{}{rest}", if first == "0" { "1" } else { "0" });
+        v["signatures"][0]["sig"] = flipped.into();
+    });
+    let err = s.assert_rejected("evil", &["timestamp", "signature"]).await;
+    eprintln!("bad signature: {err}");
+}
+
+#[tokio::test]
+async fn signatures_below_threshold_are_rejected() {
+    let spec = PublishSpec { keys: &["a", "b"], threshold: 2, expiry: Expiry::days_from_now(7) };
+    let s = Scenario::new(&spec).await;
+    s.publish(Some("repo"), "evil", 2, &spec).await;
+    edit_json(&s.www.join("evil/metadata/timestamp.json"), |v| {
+        v["signatures"].as_array_mut().unwrap().truncate(1);
+    });
+    let err = s.assert_rejected("evil", &["timestamp", "threshold"]).await;
+    eprintln!("below threshold: {err}");
+}
+
+#[tokio::test]
+async fn expired_metadata_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    let mut expiry = Expiry::days_from_now(7);
+    expiry.targets = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    s.publish(Some("repo"), "evil", 2, &PublishSpec { expiry, ..PublishSpec::default() }).await;
+    let err = s.assert_rejected("evil", &["targets", "expired"]).await;
+    eprintln!("expired: {err}");
+}
+
+#[tokio::test]
+async fn freeze_with_a_stale_timestamp_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    let mut expiry = Expiry::days_from_now(7);
+    expiry.timestamp = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    s.publish(Some("repo"), "frozen", 2, &PublishSpec { expiry, ..PublishSpec::default() }).await;
+    let err = s.assert_rejected("frozen", &["timestamp", "expired"]).await;
+    eprintln!("freeze: {err}");
+}
+
+#[tokio::test]
+async fn rollback_to_older_metadata_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "new", 2, &PublishSpec::default()).await;
+    assert!(matches!(s.apply("new").await.unwrap(), ApplyOutcome::Committed { version: 2, .. }));
+    // The attacker now serves the (validly signed, unexpired) v1 repository again.
+    let err = s.assert_rejected_after_v2("repo").await;
+    eprintln!("rollback: {err}");
+}
+
+impl Scenario {
+    async fn assert_rejected_after_v2(&self, repo: &str) -> String {
+        let before = snapshot(&self.state);
+        let err = self.apply(repo).await.expect_err("rollback must be rejected").to_string();
+        assert!(err.contains("older") || err.contains("version"), "{err}");
+        assert_eq!(snapshot(&self.state), before);
+        err
+    }
+}
+
+#[tokio::test]
+async fn mix_and_match_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "a2", 2, &PublishSpec::default()).await;
+    s.publish(Some("repo"), "b2", 2, &PublishSpec::default()).await;
+    // Valid targets metadata of another release, served beside this release's snapshot.
+    std::fs::copy(s.www.join("b2/metadata/2.targets.json"), s.www.join("a2/metadata/2.targets.json"))
+        .unwrap();
+    let err = s.assert_rejected("a2", &["targets"]).await;
+    eprintln!("mix-and-match: {err}");
+}
+
+#[tokio::test]
+async fn endless_metadata_is_cut_off() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "evil", 2, &PublishSpec::default()).await;
+    s.server.faults.lock().unwrap().endless.insert("evil/metadata/timestamp.json".into());
+    let err = s.assert_rejected("evil", &["maximum size"]).await;
+    eprintln!("endless metadata: {err}");
+}
+
+#[tokio::test]
+async fn endless_target_is_cut_off() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "evil", 2, &PublishSpec::default()).await;
+    s.server.faults.lock().unwrap().endless.insert("profile-set.tar".into());
+    let err = s.assert_rejected("evil", &["profile-set.tar"]).await;
+    eprintln!("endless target: {err}");
+}
+
+#[tokio::test]
+async fn target_hash_mismatch_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "evil", 2, &PublishSpec::default()).await;
+    let targets = s.www.join("evil/targets");
+    for entry in std::fs::read_dir(&targets).unwrap().map(Result::unwrap) {
+        let mut data = std::fs::read(entry.path()).unwrap();
+        data[0] ^= 0xff; // same length, different content
+        std::fs::write(entry.path(), data).unwrap();
+    }
+    let err = s.assert_rejected("evil", &["hash"]).await;
+    eprintln!("hash mismatch: {err}");
+}
+
+#[tokio::test]
+async fn a_valid_update_commits_and_keeps_the_previous_set() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "next", 2, &PublishSpec::default()).await;
+    let outcome = s.apply("next").await.unwrap();
+    let ApplyOutcome::Committed { version: 2, sha256 } = outcome else { panic!("{outcome:?}") };
+    assert_eq!(std::fs::read_link(s.state.join("sets/current")).unwrap(), Path::new(&sha256));
+    let profile = std::fs::read_to_string(s.state.join("sets/current/profiles/tiny.toml")).unwrap();
+    assert_eq!(profile, "name = \"next v2\"\n");
+    assert!(s.state.join("sets/previous/profiles/tiny.toml").is_file());
+    assert_eq!(s.apply("next").await.unwrap(), ApplyOutcome::UpToDate { version: 2 });
+}

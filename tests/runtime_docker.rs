@@ -1,0 +1,117 @@
+//! The Docker runtime against the real dockerd and the real llama-server image: kill -9,
+//! exit 137, SIGSTOP hang, removal from outside, supervisor restart (adoption, no duplicate),
+//! SIGTERM (nothing left). Needs ci/docker.sh and ci/build-engine-image.sh.
+
+mod runtime_support;
+
+use std::time::Duration;
+
+use runtime_support::*;
+
+const READY: Duration = Duration::from_secs(90);
+
+fn start(name: &str) -> (u16, Supervisor, ContainerCleanup) {
+    require_docker();
+    let cleanup = ContainerCleanup(name.to_string());
+    let port = free_port();
+    let sup = Supervisor::start(&tiny_plan(name, port, true), "docker");
+    (port, sup, cleanup)
+}
+
+fn assert_one_container(name: &str, port: u16) {
+    assert!(
+        eventually(Duration::from_secs(5), || containers(name).len() == 1 && engine_pids(port).len() == 1),
+        "expected exactly one container and engine: {:?} / {:?}",
+        containers(name),
+        engine_pids(port)
+    );
+}
+
+#[test]
+fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
+    let (port, sup, _cleanup) = start("d-kill9");
+    let engine = sup.wait_ready("d-kill9", READY);
+    assert_eq!(engine["runtime"], "docker");
+    let id = instance(&engine);
+    assert_eq!(containers("d-kill9"), vec![id.clone()]);
+    assert_eq!(docker(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &id]), "host");
+    assert_eq!(docker(&["inspect", "-f", "{{index .Config.Labels \"lucebox.plan\"}}", &id]).len(), 16);
+    chat(port);
+
+    unsafe { libc::kill(container_pid(&id), libc::SIGKILL) };
+    let engine =
+        sup.wait_engine("d-kill9", READY, "ready after kill -9", |e| restarts(e) == 1 && state(e) == "ready");
+    assert!(engine["last_exit"].as_str().unwrap().contains("137"), "{engine}");
+    assert_ne!(instance(&engine), id);
+    assert_one_container("d-kill9", port);
+    chat(port);
+}
+
+#[test]
+fn exit_137_from_docker_kill_is_restarted() {
+    let (port, sup, _cleanup) = start("d-137");
+    let id = instance(&sup.wait_ready("d-137", READY));
+    docker(&["kill", "--signal", "KILL", &id]);
+    let engine = sup.wait_engine("d-137", READY, "restarted", |e| restarts(e) == 1 && state(e) == "ready");
+    assert!(engine["last_exit"].as_str().unwrap().contains("137"), "{engine}");
+    assert_one_container("d-137", port);
+}
+
+#[test]
+fn hung_container_is_restarted_by_liveness_probes() {
+    let (port, sup, _cleanup) = start("d-stop");
+    let id = instance(&sup.wait_ready("d-stop", READY));
+    unsafe { libc::kill(container_pid(&id), libc::SIGSTOP) };
+    let engine = sup.wait_engine("d-stop", Duration::from_secs(40), "restarted", |e| {
+        restarts(e) == 1 && state(e) == "ready"
+    });
+    assert!(engine["last_exit"].as_str().unwrap().contains("hung"), "{engine}");
+    assert_one_container("d-stop", port);
+}
+
+#[test]
+fn container_removed_from_outside_is_replaced() {
+    let (port, sup, _cleanup) = start("d-rm");
+    let id = instance(&sup.wait_ready("d-rm", READY));
+    docker(&["rm", "-f", &id]);
+    let engine = sup.wait_engine("d-rm", READY, "replaced", |e| restarts(e) == 1 && state(e) == "ready");
+    assert_ne!(instance(&engine), id);
+    assert_one_container("d-rm", port);
+}
+
+#[test]
+fn restarted_supervisor_adopts_the_running_container() {
+    let (port, sup, _cleanup) = start("d-adopt");
+    let id = instance(&sup.wait_ready("d-adopt", READY));
+    let sup = sup.crash_and_restart("docker");
+    let engine = sup.wait_ready("d-adopt", READY);
+    assert_eq!(instance(&engine), id, "adopted, not restarted");
+    assert_eq!(restarts(&engine), 0);
+    assert!(sup.log().contains("adopted running docker engine"), "{}", tail(&sup.log(), 20));
+    assert_one_container("d-adopt", port);
+    chat(port);
+}
+
+#[test]
+fn changed_plan_replaces_the_old_container_instead_of_adopting_it() {
+    let (port, sup, _cleanup) = start("d-replan");
+    let old = instance(&sup.wait_ready("d-replan", READY));
+    drop(sup); // SIGKILL: the container stays
+    let mut plan = tiny_plan("d-replan", port, true);
+    plan.groups[0].choice.launch.args.extend(["--ctx-size".to_string(), "256".to_string()]);
+    let sup = Supervisor::start(&plan, "docker");
+    let engine = sup.wait_ready("d-replan", READY);
+    assert_ne!(instance(&engine), old);
+    assert_one_container("d-replan", port);
+}
+
+#[test]
+fn sigterm_stops_and_removes_the_container() {
+    let (port, mut sup, _cleanup) = start("d-term");
+    sup.wait_ready("d-term", READY);
+    sup.signal(libc::SIGTERM);
+    let status = sup.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", tail(&sup.log(), 20));
+    assert!(containers("d-term").is_empty(), "container left after SIGTERM");
+    assert!(engine_pids(port).is_empty(), "engine process left after SIGTERM");
+}

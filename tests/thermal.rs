@@ -1,0 +1,222 @@
+//! The thermal CLI end to end: bench output and determinism, offline fit, fan reset on captured
+//! sysfs trees, and the SIGKILL path (the fan is left low; `thermal reset` hands it back).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const DEV: &str = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn lucebox(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lucebox")).args(args).output().unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A writable copy of a captured tree (symlinks kept).
+fn fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo().join("tests/fixtures/thermal").join(name);
+    let status = Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap();
+    assert!(status.success());
+    let root = dir.path().join(name);
+    (dir, root)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap().trim().to_string()
+}
+
+/// A short agent-like trace: growing prompts with tool gaps.
+fn short_trace(dir: &Path) -> PathBuf {
+    let mut csv = String::from("t_s,prompt_tokens,output_tokens,session\n");
+    let mut t = 5.0;
+    for turn in 0..12 {
+        csv.push_str(&format!("{t:.1},{},{},a\n", 3000 + 1500 * turn, 200));
+        t += 15.0;
+    }
+    let path = dir.join("trace.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+fn bench_json(plant: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let plant = repo().join("thermal/plants").join(plant);
+    let mut args = vec![
+        "thermal",
+        "bench",
+        "--plant",
+        plant.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(lucebox(&args))).unwrap()
+}
+
+#[test]
+fn bench_reports_every_field_serves_the_same_tokens_and_is_seeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = short_trace(dir.path());
+    let report = bench_json("r9700-blower.toml", &trace, &["--seed", "3"]);
+    assert_eq!(report["same_service"], true);
+    let controllers = report["controllers"].as_object().unwrap();
+    for name in ["stock", "target", "predictive", "oracle"] {
+        let c = &controllers[name];
+        for key in [
+            "mean_duty_pct",
+            "p95_duty_pct",
+            "noise_db_vs_full",
+            "peak_junction_c",
+            "p99_junction_c",
+            "seconds_over_limit",
+            "duty_changes_per_min",
+            "quiet_time_pct",
+            "tokens_served",
+        ] {
+            assert!(c[key].is_number(), "{name}.{key} missing: {c}");
+        }
+        assert_eq!(c["tokens_served"], 12 * 200, "{name}");
+    }
+    let p = &controllers["predictive"];
+    assert!(p["prediction_mae_30s_c"].is_number());
+    assert!(p["share_of_achievable_pct"].is_number());
+    assert_eq!(p["seconds_over_limit"], 0.0);
+    // The oracle is the floor of what holding the limit allows.
+    assert!(controllers["oracle"]["mean_duty_pct"].as_f64() <= p["mean_duty_pct"].as_f64());
+
+    assert_eq!(bench_json("r9700-blower.toml", &trace, &["--seed", "3"]), report);
+    assert_ne!(bench_json("r9700-blower.toml", &trace, &["--seed", "4"])["controllers"]["predictive"], *p);
+}
+
+#[test]
+fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = short_trace(dir.path());
+    let report = bench_json("rtx3090-openair.toml", &trace, &["--ceiling", "stock-peak"]);
+    let stock = &report["controllers"]["stock"];
+    assert_eq!(report["limit_c"], stock["peak_junction_c"]);
+    assert_eq!(stock["seconds_over_limit"], 0.0);
+    assert_eq!(report["controllers"]["predictive"]["seconds_over_limit"], 0.0);
+}
+
+#[test]
+fn bad_plant_key_is_named_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo().join("thermal/plants/r9700-blower.toml")).unwrap();
+    let plant = dir.path().join("bad.toml");
+    std::fs::write(&plant, text.replace("lag_s", "lag_seconds")).unwrap();
+    let trace = short_trace(dir.path());
+    let out = lucebox(&[
+        "thermal",
+        "bench",
+        "--plant",
+        plant.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("lag_seconds"), "{err}");
+}
+
+#[test]
+fn fit_recovers_the_junction_resistance_from_bench_telemetry() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = short_trace(dir.path());
+    let log = dir.path().join("telemetry.csv");
+    let plant = repo().join("thermal/plants/rtx3090-openair.toml");
+    ok(lucebox(&[
+        "thermal",
+        "bench",
+        "--plant",
+        plant.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--controller",
+        "stock",
+        "--telemetry",
+        log.to_str().unwrap(),
+        "--telemetry-of",
+        "stock",
+    ]));
+    let saved = dir.path().join("model.json");
+    let fit: serde_json::Value = serde_json::from_str(&ok(lucebox(&[
+        "thermal",
+        "fit",
+        "--log",
+        log.to_str().unwrap(),
+        "--json",
+        "--save",
+        saved.to_str().unwrap(),
+    ])))
+    .unwrap();
+    let r_js = fit["params"]["r_js_k_per_w"].as_f64().unwrap();
+    assert!((r_js - 0.045).abs() < 0.015, "r_js {r_js}");
+    assert!(saved.exists());
+}
+
+#[test]
+fn reset_hands_curve_and_pwm_fans_back_to_auto() {
+    let (_d1, rdna4) = fixture("r9700-rdna4");
+    let (_d2, older) = fixture("rx6800-hwmon");
+    let curve = rdna4.join(DEV).join("gpu_od/fan_ctrl/fan_curve");
+    std::fs::write(&curve, "c\n").unwrap();
+    let enable = older.join(DEV).join("hwmon/hwmon2/pwm1_enable");
+    std::fs::write(&enable, "1\n").unwrap();
+    ok(lucebox(&["thermal", "reset", "--root", rdna4.to_str().unwrap()]));
+    ok(lucebox(&["thermal", "reset", "--root", older.to_str().unwrap()]));
+    assert_eq!(read(&curve), "r");
+    assert_eq!(read(&enable), "2");
+}
+
+fn wait_for(path: &Path, want: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).map(|s| s.trim() == want).unwrap_or(false) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn sigkill_while_low_then_reset(name: &str, arch: &str, hwmon: &str, file: &str, low: &str, auto: &str) {
+    let (_dir, root) = fixture(name);
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args([
+            "thermal",
+            "control",
+            "--root",
+            root.to_str().unwrap(),
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ])
+        .args(["--device-id", "0000:03:00.0", "--arch", arch, "--sysfs", DEV])
+        .args(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50"])
+        .spawn()
+        .unwrap();
+    let target = root.join(DEV).join(file);
+    let driven = wait_for(&target, low);
+    child.kill().unwrap(); // SIGKILL: no exit path runs.
+    child.wait().unwrap();
+    assert!(driven, "{name}: the loop never drove the fan ({})", read(&target));
+    assert_eq!(read(&target), low, "{name}: SIGKILL leaves the fan where it was");
+    ok(lucebox(&["thermal", "reset", "--root", root.to_str().unwrap()]));
+    assert_eq!(read(&target), auto, "{name}");
+}
+
+#[test]
+fn sigkill_while_fans_are_low_is_undone_by_reset() {
+    sigkill_while_low_then_reset("rx6800-hwmon", "gfx1030", "hwmon2", "hwmon/hwmon2/pwm1_enable", "1", "2");
+    sigkill_while_low_then_reset("r9700-rdna4", "gfx1201", "hwmon3", "gpu_od/fan_ctrl/fan_curve", "c", "r");
+}
