@@ -11,15 +11,17 @@ image=${LUCEBOX_CPU_IMAGE:-lucebox/lucebox-cpu:test}
 engine_only=false
 if [ "${1:-}" = "--engine-only" ]; then engine_only=true; shift; fi
 runs=${1:-3}
-model=${LUCEBOX_TEST_MODEL:-/var/cache/lucebox-ci/models/lucebox-tiny.gguf}
+model=${LUCEBOX_TINY_MODEL:-/var/cache/lucebox-ci/models/lucebox-tiny.gguf}
 [ -f "$model" ] || { echo "measure: $model missing (bash ci/make-tiny-model.sh)" >&2; exit 1; }
-models_dir=$(dirname "$model")
+# The model volume holds the file the tiny-cpu-test profile names.
+models_dir=$(mktemp -d)
+cp "$model" "$models_dir/tiny-llama.gguf"
 
 size=$(docker image inspect -f '{{.Size}}' "$image")
 echo "image $image: $((size / 1024 / 1024)) MiB ($size bytes)"
 
 name=lucebox-measure-$$
-trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
+trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$models_dir"' EXIT
 times=()
 for _ in $(seq 1 "$runs"); do
   docker rm -f "$name" >/dev/null 2>&1 || true
@@ -28,7 +30,7 @@ for _ in $(seq 1 "$runs"); do
     port=18080
     docker run -d --network host --name "$name" -v "$models_dir:/m:ro" \
       --entrypoint /usr/lib/lucebox/engines/cpu/bin/llama-server "$image" \
-      -m "/m/$(basename "$model")" --host 127.0.0.1 --port $port >/dev/null
+      -m /m/tiny-llama.gguf --host 127.0.0.1 --port $port >/dev/null
   else
     port=8080
     docker run -d --network host --name "$name" -v "$models_dir:/var/lib/lucebox/models:ro" "$image" >/dev/null
