@@ -43,7 +43,7 @@ for applet in $("$busybox" --list); do
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
 # Every shared library either binary needs, at the path the loader looks for it.
-for lib in $( { ldd "$engine"; ldd "$supervisor"; } | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | sort -u); do
+for lib in $( { ldd "$engine"; ldd "$supervisor"; } | awk '/=> \//{print $3} /^[ \t]*\/.*ld-linux/{print $1}' | sort -u); do
   dest="$root/usr${lib#/usr}"
   mkdir -p "$(dirname "$dest")"
   cp -L "$lib" "$dest"

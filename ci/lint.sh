@@ -28,6 +28,12 @@ step() { echo "lint: $*" >&2; }
 step "hadolint docker/Dockerfile docker/cpu/Dockerfile"
 hadolint --config .hadolint.yaml docker/Dockerfile docker/cpu/Dockerfile || status=1
 
+step "every path docker/Dockerfile copies from the context exists"
+# COPY lines without --from= copy from the repository root (the bake context).
+while read -r src; do
+  [ -e "$src" ] || { echo "lint: docker/Dockerfile copies $src, which does not exist" >&2; status=1; }
+done < <(awk '/^COPY / && !/--from=/ { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' docker/Dockerfile | sort -u)
+
 step "kubernetes-validate --strict deploy/kubernetes/*.yaml"
 kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml || status=1
 

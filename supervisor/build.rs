@@ -51,7 +51,7 @@ fn main() {
     let mut pins = Vec::new();
     for file in PIN_FILES {
         let path = repo.join(file);
-        println!("cargo:rerun-if-changed={}", path.display());
+        watch_existing(&path);
         if let Ok(text) = fs::read_to_string(&path) {
             pins.extend(parse_pins(&text));
         }
@@ -93,10 +93,19 @@ fn watch_git(repo: &Path) {
         println!("cargo:rerun-if-changed={}", path.display());
     }
     if let Some(common) = common {
-        for path in [common.join("refs/heads"), common.join("packed-refs")] {
-            println!("cargo:rerun-if-changed={}", path.display());
+        // Only the branch HEAD names: other worktrees' commits must not rebuild this one.
+        match git(repo, &["symbolic-ref", "-q", "HEAD"]) {
+            Some(branch) if common.join(&branch).exists() => watch_existing(&common.join(branch)),
+            _ => watch_existing(&common.join("packed-refs")),
         }
     }
+}
+
+/// Watches `path`, or while it does not exist the nearest folder above it, so its creation is
+/// seen; cargo treats a watched path that does not exist as always changed (a rebuild every time).
+fn watch_existing(path: &Path) {
+    let watched = path.ancestors().find(|p| p.exists()).unwrap_or(path);
+    println!("cargo:rerun-if-changed={}", watched.display());
 }
 
 fn build_epoch() -> u64 {

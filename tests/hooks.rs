@@ -81,6 +81,13 @@ async fn board_is_found_by_dmi_under_a_root() {
     fs::write(dmi.join("board_name"), "FRANMFCP06\n").unwrap();
     fs::write(dmi.join("product_name"), "Desktop (AMD Ryzen AI Max 300 Series)\n").unwrap();
     assert_eq!(Board::detect(&SysRoot::new(root.path())), Some(Board::FrameworkDesktop));
+    let hooks =
+        FirmwareHooks::for_this_board(&shipped_hooks(), &SysRoot::new(root.path()), StatusModel::new());
+    assert_eq!(hooks.map(|h| h.board()), Some(Board::FrameworkDesktop));
+    fs::write(dmi.join("board_vendor"), "ASUSTeK COMPUTER INC.\n").unwrap();
+    fs::write(dmi.join("product_name"), "System Product Name\n").unwrap();
+    assert!(FirmwareHooks::for_this_board(&shipped_hooks(), &SysRoot::new(root.path()), StatusModel::new())
+        .is_none());
 }
 
 #[tokio::test]

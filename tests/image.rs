@@ -9,7 +9,7 @@
 //!   `--gpus all` and `--device /dev/kfd --device /dev/dri` (needs detection's container checks).
 //!
 //! Needs dockerd (`ci/docker.sh`); builds the image with `ci/build-cpu-image.sh` when it is missing.
-//! The end-to-end test mounts the tiny model from `ci/make-tiny-model.sh` (`LUCEBOX_TEST_MODEL`
+//! The end-to-end test mounts the tiny model from `ci/make-tiny-model.sh` (`LUCEBOX_TINY_MODEL`
 //! overrides its path).
 
 use std::io::{Read, Write};
@@ -189,12 +189,14 @@ fn cpu_image_has_the_release_layout_labels_and_provenance() {
 fn cpu_image_serves_chat_and_status_recovers_the_engine_and_stops_cleanly() {
     let image = image();
     let _ports = ports_lock();
-    let model = std::env::var("LUCEBOX_TEST_MODEL")
+    let model = std::env::var("LUCEBOX_TINY_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from("/var/cache/lucebox-ci/models/lucebox-tiny.gguf"));
     assert!(model.is_file(), "{}: run `bash ci/make-tiny-model.sh`", model.display());
-    let models_dir = model.parent().unwrap().display().to_string();
-    let volume = format!("{models_dir}:/var/lib/lucebox/models:ro");
+    // The model volume, holding the file the `tiny-cpu-test` profile names.
+    let models = tempfile::tempdir().unwrap();
+    std::fs::copy(&model, models.path().join("tiny-llama.gguf")).unwrap();
+    let volume = format!("{}:/var/lib/lucebox/models:ro", models.path().display());
 
     let started = Instant::now();
     let container = Container::run(&["-v", &volume, image]);

@@ -42,7 +42,7 @@ pub struct InstallReport {
     pub kept: Vec<PathBuf>,
 }
 
-/// The file tree `install-appliance` lays down, as absolute paths on the target system.
+/// Where the hooks go on the target system (below the prefix).
 pub fn hooks_dir() -> &'static Path {
     Path::new(crate::hooks::DEFAULT_HOOKS_DIR)
 }

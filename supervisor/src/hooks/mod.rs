@@ -16,6 +16,9 @@ pub use board::{Board, Dmi};
 pub use event::{EventError, HookEvent, HookReply};
 pub use runner::{HookError, HookOutcome, HookRunner, DEFAULT_TIMEOUT};
 
+use std::path::Path;
+
+use crate::hardware::SysRoot;
 use crate::status::{Level, StatusModel};
 
 /// Where `lucebox install-appliance` puts the hooks and where the appliance looks for them.
@@ -46,6 +49,14 @@ pub enum FanOutcome {
 impl FirmwareHooks {
     pub fn new(runner: HookRunner, status: StatusModel) -> Self {
         Self { runner, status }
+    }
+
+    /// The hooks in `hooks_dir` for the board DMI below `root` names, or `None` for a board
+    /// without hooks (its firmware keeps the fans).
+    pub fn for_this_board(hooks_dir: &Path, root: &SysRoot, status: StatusModel) -> Option<Self> {
+        let board = Board::detect(root)?;
+        status.event(SOURCE, Level::Info, format!("board {}: firmware hooks enabled", board.display_name()));
+        Some(Self::new(HookRunner::new(hooks_dir, board, root.clone()), status))
     }
 
     pub fn board(&self) -> Board {

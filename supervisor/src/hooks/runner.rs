@@ -25,6 +25,8 @@ const MAX_STDERR_BYTES: u64 = 4 * 1024;
 pub enum HookError {
     #[error("invalid event: {0}")]
     Event(#[from] EventError),
+    #[error("encoding the event: {0}")]
+    Encode(serde_json::Error),
     #[error("{path}: could not start: {source}")]
     Spawn { path: PathBuf, source: io::Error },
     #[error("{path}: {source}")]
@@ -90,11 +92,7 @@ impl HookRunner {
         if !path.exists() {
             return Ok(HookOutcome::NotProvided);
         }
-        let input = serde_json::to_vec(event).map_err(|source| HookError::BadReply {
-            path: path.clone(),
-            source,
-            stdout: String::new(),
-        })?;
+        let input = serde_json::to_vec(event).map_err(HookError::Encode)?;
         let output = self.run(&path, &input).await?;
         if !output.status.success() {
             return Err(HookError::Exit { path, status: output.status, stderr: output.stderr });
