@@ -185,7 +185,6 @@ fn cpu_image_has_the_release_layout_labels_and_provenance() {
 }
 
 #[test]
-#[ignore = "needs `lucebox run` (runtime branch) and the tiny model (ci/make-tiny-model.sh)"]
 fn cpu_image_serves_chat_and_status_recovers_the_engine_and_stops_cleanly() {
     let image = image();
     let _ports = ports_lock();
@@ -234,7 +233,6 @@ fn cpu_image_serves_chat_and_status_recovers_the_engine_and_stops_cleanly() {
 }
 
 #[test]
-#[ignore = "needs detection's container checks (lead) and `lucebox run` (runtime branch)"]
 fn a_gpu_the_container_cannot_use_is_named_with_the_flag_that_fixes_it() {
     let image = image();
     let _ports = ports_lock();
