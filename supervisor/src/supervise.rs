@@ -64,8 +64,14 @@ pub async fn run(
         parts.spawn(publish_load(group.name.clone(), load.clone(), status.clone(), engines_cancel.clone()));
         let (root, state_dir, status, cancel) =
             (root.clone(), config.state_dir.join("thermal"), status.clone(), engines_cancel.clone());
+        let nvml_lib = options.nvml_lib.clone();
         parts.spawn(async move {
-            crate::thermal::control_loop(devices, root, state_dir, load, status, cancel).await;
+            let control = crate::thermal::ControlConfig {
+                hook: crate::hooks::installed_board_dir(&root),
+                nvml_lib: nvml_lib.clone(),
+                ..crate::thermal::ControlConfig::default()
+            };
+            crate::thermal::control_loop_with(control, devices, root, state_dir, load, status, cancel).await;
             Ok(())
         });
     }

@@ -24,6 +24,13 @@ use crate::status::{Level, StatusModel};
 /// Where `lucebox install-appliance` puts the hooks and where the appliance looks for them.
 pub const DEFAULT_HOOKS_DIR: &str = "/usr/local/lib/lucebox/firmware-hooks";
 
+/// The installed hook folder of the board DMI names below `root`, when there is one.
+pub fn installed_board_dir(root: &SysRoot) -> Option<std::path::PathBuf> {
+    let board = Board::detect(root)?;
+    let dir = Path::new(DEFAULT_HOOKS_DIR).join(board.dir_name());
+    dir.is_dir().then_some(dir)
+}
+
 /// Status-model source name for hook events.
 const SOURCE: &str = "hooks";
 

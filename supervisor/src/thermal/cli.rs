@@ -237,7 +237,8 @@ fn sys_root(dir: Option<&PathBuf>) -> anyhow::Result<crate::hardware::SysRoot> {
 
 fn reset_command(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let root = sys_root(args.root.as_ref())?;
-    let report = super::reset::reset_all(&root, args.hook.as_deref(), args.nvml_lib.as_deref());
+    let hook = args.hook.clone().or_else(|| crate::hooks::installed_board_dir(&root));
+    let report = super::reset::reset_all(&root, hook.as_deref(), args.nvml_lib.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("encoding reset report")?);
     } else {

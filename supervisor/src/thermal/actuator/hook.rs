@@ -1,7 +1,8 @@
-//! Boxes whose fan belongs to an embedded controller (Strix Halo mini PCs): a board-specific
-//! executable does the work. It gets one JSON event on stdin, e.g.
-//! `{"event":"fan-duty","device":"0000:c5:00.0","duty_pct":40}`, `{"event":"fan-auto",...}` or
-//! `{"event":"fan-full",...}`, and must exit 0 within a few seconds.
+//! Boxes whose fan belongs to an embedded controller (Strix Halo mini PCs): the board's firmware
+//! hooks do the work, in the hook protocol of `crate::hooks` (one executable per event in the
+//! board's hook folder, one flat JSON event on stdin): `set-fan` with `duty_pct`, `fan-auto`.
+//! Full speed is `set-fan` at 100 %. The fan loop is synchronous, so the hook is run and waited
+//! for here, with the same timeout the async runner uses.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{ActuatorError, FanActuator, FanRange};
+use crate::hooks::HookEvent;
 
 /// The hook is killed after this long.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -16,25 +18,27 @@ const HOOK_TIMEOUT: Duration = Duration::from_secs(5);
 const EC_MIN_DUTY_PCT: f64 = 20.0;
 
 pub struct FirmwareHook {
-    exe: PathBuf,
-    device: String,
+    /// The board's hook folder, e.g. `/usr/local/lib/lucebox/firmware-hooks/framework-desktop`.
+    dir: PathBuf,
 }
 
 impl FirmwareHook {
-    pub fn new(exe: PathBuf, device: String) -> Self {
-        Self { exe, device }
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
     }
 
-    fn send(&self, event: serde_json::Value) -> Result<(), ActuatorError> {
-        let err = |why: String| ActuatorError::Hook { path: self.exe.clone(), why };
-        let mut child = Command::new(&self.exe)
+    fn send(&self, event: HookEvent) -> Result<(), ActuatorError> {
+        let exe = self.dir.join(event.name());
+        let err = |why: String| ActuatorError::Hook { path: exe.clone(), why };
+        let json = serde_json::to_string(&event).map_err(|e| err(e.to_string()))?;
+        let mut child = Command::new(&exe)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| err(e.to_string()))?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(event.to_string().as_bytes()).map_err(|e| err(e.to_string()))?;
+            stdin.write_all(json.as_bytes()).map_err(|e| err(e.to_string()))?;
         }
         let started = Instant::now();
         loop {
@@ -62,16 +66,16 @@ impl FanActuator for FirmwareHook {
     }
 
     fn set_duty(&mut self, duty_pct: f64, _junction_c: f64, _limit_c: f64) -> Result<(), ActuatorError> {
-        let duty = duty_pct.clamp(EC_MIN_DUTY_PCT, 100.0).round();
-        self.send(serde_json::json!({"event": "fan-duty", "device": self.device, "duty_pct": duty}))
+        let duty = duty_pct.clamp(EC_MIN_DUTY_PCT, 100.0).round() as u8;
+        self.send(HookEvent::SetFan { duty_pct: duty, fan: None })
     }
 
     fn restore_auto(&mut self) -> Result<(), ActuatorError> {
-        self.send(serde_json::json!({"event": "fan-auto", "device": self.device}))
+        self.send(HookEvent::FanAuto { fan: None })
     }
 
     fn full_speed(&mut self) -> Result<(), ActuatorError> {
-        self.send(serde_json::json!({"event": "fan-full", "device": self.device}))
+        self.send(HookEvent::SetFan { duty_pct: 100, fan: None })
     }
 }
 
@@ -79,37 +83,45 @@ impl FanActuator for FirmwareHook {
 mod tests {
     use super::*;
 
-    fn script(dir: &std::path::Path, body: &str) -> PathBuf {
+    /// A board hook folder whose hooks append their stdin to `events`.
+    fn board_dir(dir: &std::path::Path, body: &str) {
         use std::os::unix::fs::PermissionsExt;
-        let path = dir.join("hook.sh");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
+        for name in ["set-fan", "fan-auto"] {
+            let path = dir.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
     }
 
     #[test]
-    fn sends_one_json_event_per_command() {
+    fn speaks_the_board_hook_protocol() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events");
-        let exe = script(dir.path(), &format!("cat >> {}; echo >> {}", log.display(), log.display()));
-        let mut hook = FirmwareHook::new(exe, "0000:c5:00.0".into());
+        board_dir(dir.path(), &format!("cat >> {}; echo >> {}", log.display(), log.display()));
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf());
         hook.set_duty(42.4, 60.0, 95.0).unwrap();
+        hook.full_speed().unwrap();
         hook.restore_auto().unwrap();
-        let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        let events: Vec<HookEvent> = std::fs::read_to_string(&log)
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(events[0]["event"], "fan-duty");
-        assert_eq!(events[0]["duty_pct"], 42.0);
-        assert_eq!(events[0]["device"], "0000:c5:00.0");
-        assert_eq!(events[1]["event"], "fan-auto");
+        assert_eq!(
+            events,
+            [
+                HookEvent::SetFan { duty_pct: 42, fan: None },
+                HookEvent::SetFan { duty_pct: 100, fan: None },
+                HookEvent::FanAuto { fan: None }
+            ]
+        );
     }
 
     #[test]
     fn a_failing_hook_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut hook = FirmwareHook::new(script(dir.path(), "exit 3"), "x".into());
+        board_dir(dir.path(), "exit 3");
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf());
         assert!(matches!(hook.full_speed(), Err(ActuatorError::Hook { .. })));
     }
 }

@@ -87,7 +87,6 @@ pub fn for_device(
         Vendor::Nvidia => {
             NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
         }
-        _ => hook
-            .map(|h| Box::new(FirmwareHook::new(h.to_path_buf(), device.id.clone())) as Box<dyn FanActuator>),
+        _ => hook.map(|h| Box::new(FirmwareHook::new(h.to_path_buf())) as Box<dyn FanActuator>),
     }
 }
