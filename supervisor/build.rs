@@ -1,6 +1,6 @@
 //! Build-time facts compiled into `lucebox`:
 //! - provenance for `lucebox version` (git commit and dirty flag, build date honouring
-//!   `SOURCE_DATE_EPOCH`, rustc, engine pins from `ci/pins.env` and `engine/recipes/pins.env`);
+//!   `SOURCE_DATE_EPOCH`, rustc, engine pins from `ci/pins.env` and `engine/recipes/upstream.env`);
 //!   a build without `.git` (an image build) takes `LUCEBOX_GIT_COMMIT` / `LUCEBOX_GIT_DIRTY`;
 //! - the `firmware-hooks/` tree, embedded so `lucebox install-appliance` needs nothing but the binary.
 
@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Pin files whose `KEY=VALUE` lines are engine pins, relative to the repository root.
-const PIN_FILES: [&str; 2] = ["ci/pins.env", "engine/recipes/pins.env"];
+const PIN_FILES: [&str; 2] = ["ci/pins.env", "engine/recipes/upstream.env"];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));

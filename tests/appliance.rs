@@ -135,7 +135,12 @@ fn version_json_reports_build_and_image_provenance() {
     assert_eq!(v["image"]["engine_commits"]["llama.cpp"], "0c1e57098bba");
 }
 
+/// A pin from `ci/pins.env` or the engine recipe pins it sources.
 fn pin(key: &str) -> String {
-    let pins = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/pins.env")).unwrap();
-    pins.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).unwrap().to_string()
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    ["ci/pins.env", "engine/recipes/upstream.env"]
+        .iter()
+        .filter_map(|f| fs::read_to_string(repo.join(f)).ok())
+        .find_map(|pins| pins.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string))
+        .unwrap_or_else(|| panic!("{key} is pinned nowhere"))
 }

@@ -241,6 +241,7 @@ const CONFIG_KEYS: &[&str] = &[
     "runtime",
     "pin",
     "appliance",
+    "ota",
 ];
 
 fn is_config_key(env_key: &str) -> bool {
