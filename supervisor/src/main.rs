@@ -260,26 +260,10 @@ fn run(config_file: Option<&std::path::Path>, args: RunArgs) -> anyhow::Result<E
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     tokio.block_on(async move {
         let cancel = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(cancel_on_signals(cancel.clone()));
+        tokio::spawn(lucebox::supervise::cancel_on_signals(cancel.clone()));
         lucebox::supervise::run(config, options, cancel).await
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// SIGTERM or SIGINT: stop the engines with their grace period, hand the fans back, exit.
-async fn cancel_on_signals(cancel: tokio_util::sync::CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers; stopping");
-        cancel.cancel();
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
-    cancel.cancel();
 }
 
 fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {

@@ -207,3 +207,19 @@ async fn watchdog_pings(cancel: CancellationToken) -> Result<(), SuperviseError>
         }
     }
 }
+
+/// SIGTERM or SIGINT: cancel, so engines stop with their grace period and fans go back to auto.
+pub async fn cancel_on_signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers; stopping");
+        cancel.cancel();
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    cancel.cancel();
+}

@@ -94,7 +94,7 @@ async fn run(args: RunArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCo
         serde_json::from_slice(&text).with_context(|| format!("{}: not a plan", args.plan_json.display()))?;
     let status = StatusModel::new();
     let cancel = CancellationToken::new();
-    tokio::spawn(cancel_on_signals(cancel.clone()));
+    tokio::spawn(crate::supervise::cancel_on_signals(cancel.clone()));
     if let Some(path) = args.status_file.clone() {
         tokio::spawn(write_status_file(status.clone(), path, cancel.clone()));
     }
@@ -103,22 +103,6 @@ async fn run(args: RunArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCo
         write_status(&status, path)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// SIGTERM or SIGINT: stop the engines with their grace period, then exit.
-async fn cancel_on_signals(cancel: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers; stopping");
-        cancel.cancel();
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping engines"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping engines"),
-    }
-    cancel.cancel();
 }
 
 /// Mirrors the status into a file for outside observers (tests, scripts), at most every 20 ms.
