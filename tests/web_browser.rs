@@ -1,5 +1,5 @@
 //! The status page in real headless Chromium (driven through chromedriver's WebDriver HTTP API),
-//! served in-process with real hardware detection and the state of a real llama-server running
+//! served in-process (first test) and by a real `lucebox run` (second test), with real hardware detection and the state of a real llama-server running
 //! the tiny CPU model. Checks what a user sees: the live indicator, the engine state, the device
 //! table, and that the page keeps working when the engine goes down. Saves a screenshot to
 //! `target/test-output/web-status.png`.
@@ -365,4 +365,93 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     drop(browser);
     stop_polling.cancel();
     server.cancel.cancel();
+}
+
+/// The page as a real `lucebox run` serves it: detection, plan, the tiny CPU engine under
+/// supervision, the engine killed from outside and brought back, all seen in Chromium.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_served_by_lucebox_run_shows_the_engine_and_its_recovery() {
+    let work = tempfile::tempdir().unwrap();
+    let engines = work.path().join("engines");
+    std::fs::create_dir_all(engines.join("cpu/bin")).unwrap();
+    std::os::unix::fs::symlink(engine_binary(), engines.join("cpu/bin/llama-server")).unwrap();
+    let models = work.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(tiny_model(work.path()), models.join("tiny-llama.gguf")).unwrap();
+    let (engine_port, web_port) = (free_port(), free_port());
+    let web_addr: SocketAddr = ([127, 0, 0, 1], web_port).into();
+    let mut supervisor = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .arg("run")
+        .env("LUCEBOX_CONFIG", repo().join("tests/fixtures/empty.toml"))
+        .env("LUCEBOX_STATE_DIR", work.path().join("state"))
+        .env("LUCEBOX_ENGINES_DIR", &engines)
+        .env("LUCEBOX_MODELS_DIR", &models)
+        .env("LUCEBOX_ENGINE__PORT", engine_port.to_string())
+        .env("LUCEBOX_WEB__PORT", web_port.to_string())
+        .env("LUCEBOX_RUNTIME__MODE", "process")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for_port(web_addr, Duration::from_secs(60)).await;
+    let (_, devices) = call(web_addr, "GET", "/api/v1/devices", None).await;
+    let device_count = devices["devices"].as_array().map(Vec::len).unwrap_or(0);
+    assert!(device_count > 0, "{devices}");
+
+    let driver_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let _driver = spawn(Path::new(CHROMEDRIVER), &[format!("--port={}", driver_addr.port())]);
+    wait_for_port(driver_addr, Duration::from_secs(30)).await;
+    let browser = Browser::start(driver_addr, &work.path().join("chromium-profile")).await;
+    browser.command("POST", "url", Some(&json!({ "url": format!("http://{web_addr}/") }))).await;
+
+    let within = Duration::from_secs(60);
+    let state_js =
+        "const e = document.querySelector('[data-engine=\"engine-cpu\"] .state'); return e && e.textContent";
+    browser
+        .wait_for(
+            "live indicator",
+            "return document.getElementById('live').textContent",
+            |v| v == "live",
+            within,
+        )
+        .await;
+    browser.wait_for("engine ready", state_js, |v| v == "ready", within).await;
+    let rows = browser.eval("return document.querySelectorAll('#devices tbody tr').length").await;
+    assert_eq!(rows, device_count, "one row per detected device");
+    browser
+        .wait_for(
+            "the plan's choice in the events",
+            "return document.getElementById('events').textContent",
+            |v| v.as_str().is_some_and(|t| t.contains("tiny-cpu-test")),
+            within,
+        )
+        .await;
+    browser.screenshot(&screenshot_path().with_file_name("web-status-run.png")).await;
+
+    // Kill the engine from outside: the supervisor restarts it and the page follows.
+    let (_, engines_now) = call(web_addr, "GET", "/api/v1/engines", None).await;
+    let pid: i32 =
+        engines_now["engine-cpu"]["instance"].as_str().and_then(|p| p.parse().ok()).expect("engine pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, e) = call(web_addr, "GET", "/api/v1/engines", None).await;
+        if e["engine-cpu"]["restarts"].as_u64().unwrap_or(0) >= 1
+            && e["engine-cpu"]["state"]["state"] == "ready"
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "engine not back after kill: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser.wait_for("engine ready again", state_js, |v| v == "ready", within).await;
+    assert_eq!(browser.eval("return document.getElementById('live').textContent").await, "live");
+    drop(browser);
+
+    let pid = supervisor.id().expect("supervisor pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exit =
+        tokio::time::timeout(Duration::from_secs(30), supervisor.wait()).await.expect("exit after SIGTERM");
+    assert!(exit.unwrap().success());
 }
