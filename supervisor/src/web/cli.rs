@@ -97,7 +97,7 @@ async fn tick_loop(status: StatusModel, cancel: CancellationToken) -> TickLatene
         // A change every second, as the control loop's fresh readings cause: the API's cached
         // encoding and every SSE stream see a new version.
         status.update(|_| {});
-        if uptime_s % 60 == 0 {
+        if uptime_s.is_multiple_of(60) {
             status.event("web", Level::Info, format!("up {uptime_s} s"));
         }
     }

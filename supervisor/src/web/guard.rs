@@ -33,7 +33,7 @@ impl AllowedHosts {
 
     fn allows(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        host.parse::<IpAddr>().is_ok() || self.names.iter().any(|n| *n == host)
+        host.parse::<IpAddr>().is_ok() || self.names.contains(&host)
     }
 }
 
