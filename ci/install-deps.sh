@@ -5,7 +5,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/pins.env"
 
-packages=(cmake docker.io busybox-static chromium chromium-driver systemd python3-pip gcc)
+# libclang-dev and librocm-smi-dev: the `rocm` feature's bindgen build and its link to rocm_smi64.
+packages=(cmake docker.io busybox-static chromium chromium-driver systemd python3-pip gcc libclang-dev
+  librocm-smi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

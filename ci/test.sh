@@ -41,4 +41,7 @@ if [ -f ci/lint.sh ]; then
 fi
 step "cargo test (release profile: shares the dependency build with the CPU image)"
 cargo test --release --workspace --no-fail-fast -- --test-threads="${LUCEBOX_TEST_THREADS:-2}"
+step "cargo clippy and hardware tests with the rocm feature (ROCm SMI, no AMD GPU needed)"
+cargo clippy -p lucebox --features rocm --all-targets -- -D warnings
+cargo test --release -p lucebox --features rocm --lib hardware:: -- --test-threads="${LUCEBOX_TEST_THREADS:-2}"
 step "done"

@@ -56,6 +56,8 @@ impl Actions for Recording {
 
 fn engine(state: EngineState, tokens_per_s: f64) -> EngineStatus {
     EngineStatus {
+        runtime: String::new(),
+        instance: None,
         name: "engine-0".into(),
         state,
         variant: "cpu-avx2".into(),

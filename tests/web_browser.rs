@@ -98,6 +98,8 @@ async fn publish_engine_state(
             s.engines.insert(
                 ENGINE_NAME.into(),
                 EngineStatus {
+                    runtime: String::new(),
+                    instance: None,
                     name: ENGINE_NAME.into(),
                     state,
                     variant: "cpu".into(),

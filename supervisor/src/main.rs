@@ -193,7 +193,7 @@ fn sys_root(args: &RootArgs) -> anyhow::Result<SysRoot> {
 
 fn detect(args: DetectArgs) -> anyhow::Result<ExitCode> {
     let root = sys_root(&args.root)?;
-    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone() };
+    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone(), ..DetectOptions::default() };
     let detection = hardware::detect(&root, &options);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&detection).context("encoding detection")?);
@@ -212,7 +212,7 @@ const PLAN_TIMING_RUNS: usize = 200;
 
 fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
     let root = sys_root(&args.root)?;
-    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone() };
+    let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone(), ..DetectOptions::default() };
     let detection = hardware::detect(&root, &options);
     let inputs = PlanInputs::load(config, args.profiles.as_deref(), args.variants.as_deref())?;
     let settings = inputs.settings(config, args.models.clone(), root.is_live());

@@ -100,7 +100,8 @@ pub async fn run(
 }
 
 async fn detect(root: &SysRoot, options: &RunOptions, status: &StatusModel) -> Detection {
-    let (root, detect_options) = (root.clone(), DetectOptions { nvml_lib: options.nvml_lib.clone() });
+    let (root, detect_options) =
+        (root.clone(), DetectOptions { nvml_lib: options.nvml_lib.clone(), ..DetectOptions::default() });
     let detection = tokio::task::spawn_blocking(move || hardware::detect(&root, &detect_options))
         .await
         .unwrap_or_else(|_| hardware::Detection::empty());

@@ -1,6 +1,7 @@
 //! AMD GPUs through amdgpu sysfs (memory pools, busy, hwmon) and the KFD topology (exact gfx
-//! target). Integrated GPUs (Strix Halo) report a small VRAM carve-out and a large GTT pool:
-//! both are reported, and `usable_mib` counts what a model can really map.
+//! target), with ROCm SMI (cargo feature `rocm`) filling what sysfs could not give. Integrated
+//! GPUs (Strix Halo) report a small VRAM carve-out and a large GTT pool: both are reported, and
+//! `usable_mib` counts what a model can really map.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,9 +15,38 @@ use super::{
 /// Without a table entry, a VRAM pool under this size next to a larger GTT pool means an APU.
 const APU_CARVE_OUT_MAX_MIB: u64 = 4096;
 
-pub fn probe(root: &SysRoot, pci: &[&PciDevice], host: &Host, warnings: &mut Vec<String>) -> Vec<Device> {
+/// What a management library (ROCm SMI) reports for one AMD GPU. Each query can fail on its
+/// own, so every reading is optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LibraryGpu {
+    /// Normalised PCI address, `0000:03:00.0`.
+    pub address: String,
+    pub vram_total_mib: Option<u64>,
+    pub gtt_total_mib: Option<u64>,
+    pub unique_id: Option<u64>,
+    pub temperature_c: Option<f64>,
+    pub power_w: Option<f64>,
+    pub busy_pct: Option<f64>,
+    pub fan_speed_pct: Option<f64>,
+}
+
+/// Builds one device per AMD PCI function; `library` holds what ROCm SMI said (empty when it
+/// was not asked or did not answer).
+pub fn probe(
+    root: &SysRoot,
+    pci: &[&PciDevice],
+    library: &[LibraryGpu],
+    host: &Host,
+    warnings: &mut Vec<String>,
+) -> Vec<Device> {
     let kfd = read_kfd_nodes(root, warnings);
-    pci.iter().map(|p| build_device(root, p, kfd.iter().find(|n| n.address == p.address), host)).collect()
+    pci.iter()
+        .map(|p| {
+            let from_kfd = kfd.iter().find(|n| n.address == p.address);
+            let from_library = library.iter().find(|g| g.address == p.address);
+            build_device(root, p, from_kfd, from_library, host)
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,15 +90,22 @@ fn read_kfd_nodes(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<KfdNode> {
     nodes
 }
 
-/// KFD `location_id` packs bus, device and function as `bus << 8 | device << 3 | function`.
-fn kfd_address(domain: u64, location_id: u64) -> String {
+/// KFD `location_id` packs bus, device and function as `bus << 8 | device << 3 | function`
+/// (ROCm SMI's BDF id is the same below the domain in its upper 32 bits).
+pub(super) fn kfd_address(domain: u64, location_id: u64) -> String {
     let bus = (location_id >> 8) & 0xff;
     let device = (location_id >> 3) & 0x1f;
     let function = location_id & 0x7;
     format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")
 }
 
-fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &Host) -> Device {
+fn build_device(
+    root: &SysRoot,
+    pci: &PciDevice,
+    kfd: Option<&KfdNode>,
+    library: Option<&LibraryGpu>,
+    host: &Host,
+) -> Device {
     let known = pci_ids::lookup(pci.vendor_id, pci.device_id);
     let dir = root.path(Path::new("/").join(&pci.sysfs_dir));
     let mut warnings = Vec::new();
@@ -82,14 +119,20 @@ fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &H
         }
         Err(_) => None,
     };
-    let vram = read_mib("mem_info_vram_total", &mut warnings);
-    let gtt = read_mib("mem_info_gtt_total", &mut warnings);
-    if vram.is_some() {
+    let sysfs_vram = read_mib("mem_info_vram_total", &mut warnings);
+    let sysfs_gtt = read_mib("mem_info_gtt_total", &mut warnings);
+    if sysfs_vram.is_some() {
         sources.push(Source::AmdgpuSysfs);
     }
     if kfd.is_some() {
         sources.push(Source::Kfd);
     }
+    if library.is_some() {
+        sources.push(Source::RocmSmi);
+    }
+    // sysfs first: ROCm SMI reads the same driver files, so it only fills what sysfs lacked.
+    let vram = sysfs_vram.or_else(|| library.and_then(|g| g.vram_total_mib));
+    let gtt = sysfs_gtt.or_else(|| library.and_then(|g| g.gtt_total_mib));
 
     let kfd_arch = kfd.and_then(|n| pci_ids::gfx_arch(n.gfx_target_version));
     if let (Some(k), Some(t)) = (&kfd_arch, known) {
@@ -139,7 +182,8 @@ fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &H
     }
 
     let hwmon = find_hwmon(&dir);
-    let telemetry = read_telemetry(root, &dir, hwmon.as_deref(), &pci.sysfs_dir);
+    let telemetry =
+        with_library_readings(read_telemetry(root, &dir, hwmon.as_deref(), &pci.sysfs_dir), library);
     let accessible = amd_accessible(root, pci, host, &mut warnings);
     let model = known
         .map(|k| k.model.to_string())
@@ -147,7 +191,11 @@ fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &H
         .unwrap_or_else(|| format!("AMD GPU {}", pci.pci_id()));
     let uid = sysfs::read_trimmed(&dir.join("unique_id"))
         .ok()
-        .or_else(|| kfd.and_then(|n| n.unique_id).map(|u| format!("{u:016x}")))
+        .or_else(|| {
+            kfd.and_then(|n| n.unique_id)
+                .or_else(|| library.and_then(|g| g.unique_id))
+                .map(|u| format!("{u:016x}"))
+        })
         .map(|u| format!("{}:{u}", pci.address));
 
     Device {
@@ -169,6 +217,19 @@ fn build_device(root: &SysRoot, pci: &PciDevice, kfd: Option<&KfdNode>, host: &H
         warnings,
         uid,
         telemetry,
+    }
+}
+
+/// Fills the readings hwmon did not give from the library; a fan speed implies one fan.
+fn with_library_readings(sysfs: Telemetry, library: Option<&LibraryGpu>) -> Telemetry {
+    let Some(gpu) = library else { return sysfs };
+    Telemetry {
+        temperature_c: sysfs.temperature_c.or(gpu.temperature_c),
+        power_w: sysfs.power_w.or(gpu.power_w),
+        busy_pct: sysfs.busy_pct.or(gpu.busy_pct),
+        fans: sysfs.fans.or(gpu.fan_speed_pct.map(|_| 1)),
+        fan_speed_pct: sysfs.fan_speed_pct.or(gpu.fan_speed_pct),
+        ..sysfs
     }
 }
 
@@ -230,7 +291,85 @@ fn amd_accessible(root: &SysRoot, pci: &PciDevice, host: &Host, warnings: &mut V
 
 #[cfg(test)]
 mod tests {
+    use super::super::Detection;
     use super::*;
+
+    const ADDRESS: &str = "0000:03:00.0";
+
+    /// An amdgpu-bound card with an id our table lacks, so memory can only come from a source.
+    fn bare_card(root: &Path) -> PciDevice {
+        let sysfs_dir = PathBuf::from("sys/devices/pci0000:00/0000:03:00.0");
+        fs::create_dir_all(root.join(&sysfs_dir)).unwrap();
+        PciDevice {
+            address: ADDRESS.into(),
+            vendor_id: 0x1002,
+            device_id: 0x7fff,
+            class: 0x030000,
+            driver: Some("amdgpu".into()),
+            sysfs_dir,
+        }
+    }
+
+    fn library_gpu(address: &str) -> LibraryGpu {
+        LibraryGpu {
+            address: address.into(),
+            vram_total_mib: Some(32624),
+            gtt_total_mib: Some(64000),
+            unique_id: Some(0xabc),
+            temperature_c: Some(55.0),
+            power_w: Some(120.5),
+            busy_pct: Some(7.0),
+            fan_speed_pct: Some(40.0),
+        }
+    }
+
+    fn host() -> Host {
+        Host { memory_mib: 65536, ..Detection::empty().host }
+    }
+
+    #[test]
+    fn the_library_fills_what_sysfs_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let pci = bare_card(dir.path());
+        let devices =
+            probe(&SysRoot::new(dir.path()), &[&pci], &[library_gpu(ADDRESS)], &host(), &mut Vec::new());
+        let device = &devices[0];
+        assert_eq!(device.memory.dedicated_mib, 32624);
+        assert_eq!(device.memory.usable_mib, discrete_usable_mib(32624));
+        assert!(device.memory.measured);
+        assert!(!device.integrated, "a large VRAM pool is a discrete card");
+        assert_eq!(device.memory.shared_mib, 0, "GTT counts only on integrated GPUs");
+        assert_eq!(device.sources, vec![Source::Pci, Source::RocmSmi]);
+        assert!(device.warnings.iter().all(|w| !w.contains("memory")), "{:?}", device.warnings);
+        assert_eq!(device.uid.as_deref(), Some("0000:03:00.0:0000000000000abc"));
+        let t = &device.telemetry;
+        assert_eq!(
+            (t.temperature_c, t.power_w, t.busy_pct, t.fans, t.fan_speed_pct),
+            (Some(55.0), Some(120.5), Some(7.0), Some(1), Some(40.0))
+        );
+    }
+
+    #[test]
+    fn sysfs_wins_over_the_library_and_other_addresses_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let pci = bare_card(dir.path());
+        let card = dir.path().join(&pci.sysfs_dir);
+        fs::write(card.join("mem_info_vram_total"), format!("{}\n", 16384u64 << 20)).unwrap();
+        fs::create_dir_all(card.join("hwmon/hwmon3")).unwrap();
+        fs::write(card.join("hwmon/hwmon3/temp2_input"), "61000\n").unwrap();
+        let root = SysRoot::new(dir.path());
+
+        let devices = probe(&root, &[&pci], &[library_gpu(ADDRESS)], &host(), &mut Vec::new());
+        let device = &devices[0];
+        assert_eq!(device.memory.dedicated_mib, 16384);
+        assert_eq!(device.telemetry.temperature_c, Some(61.0));
+        assert_eq!(device.telemetry.power_w, Some(120.5), "hwmon has no power file");
+        assert_eq!(device.sources, vec![Source::Pci, Source::AmdgpuSysfs, Source::RocmSmi]);
+
+        let elsewhere = probe(&root, &[&pci], &[library_gpu("0000:04:00.0")], &host(), &mut Vec::new());
+        assert!(!elsewhere[0].sources.contains(&Source::RocmSmi));
+        assert_eq!(elsewhere[0].telemetry.power_w, None);
+    }
 
     #[test]
     fn kfd_location_decodes_to_a_pci_address() {

@@ -3,7 +3,8 @@
 //! returns what it found.
 //!
 //! Sources, best first: NVML and the CUDA driver for NVIDIA; KFD topology and amdgpu sysfs for
-//! AMD; PCI sysfs (with a table of known cards) for everything. All file reads go through a
+//! AMD, plus ROCm SMI with the cargo feature `rocm`; PCI sysfs (with a table of known cards) for
+//! everything. All file reads go through a
 //! [`SysRoot`], so a captured tree under `--root` stands in for a real machine.
 
 mod amd;
@@ -11,6 +12,8 @@ mod host;
 mod nvidia;
 mod pci;
 mod pci_ids;
+#[cfg(feature = "rocm")]
+mod rocm_smi;
 mod root;
 mod sysfs;
 pub mod table;
@@ -180,6 +183,9 @@ pub struct DetectOptions {
     /// Explicit NVML library path (a fake in tests). Without it NVML is probed from the
     /// system's library only when reading the real machine (`root` is `/`).
     pub nvml_lib: Option<std::path::PathBuf>,
+    /// Ask ROCm SMI (cargo feature `rocm`) for a captured tree too. It always reports the real
+    /// machine, so without this it is asked only when reading the real machine.
+    pub force_rocm_smi: bool,
 }
 
 /// Detects the devices and host facts below `root`.
@@ -199,7 +205,8 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
     }
     let amd_pci: Vec<_> = pci_devices.iter().filter(|d| d.vendor_id == pci::AMD).collect();
     if !amd_pci.is_empty() {
-        devices.extend(amd::probe(root, &amd_pci, &host, &mut warnings));
+        let library = amd_library(root, options, &amd_pci, &mut warnings);
+        devices.extend(amd::probe(root, &amd_pci, &library, &host, &mut warnings));
     }
     for other in pci_devices.iter().filter(|d| d.vendor_id != pci::NVIDIA && d.vendor_id != pci::AMD) {
         devices.push(pci::generic_device(other));
@@ -208,6 +215,32 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
     devices.push(host::cpu_device(&host));
     let host = Host { drivers, ..host };
     Detection { host, devices, warnings }
+}
+
+/// What ROCm SMI reports for the AMD GPUs, when the build has it and it may be asked.
+#[cfg(feature = "rocm")]
+fn amd_library(
+    root: &SysRoot,
+    options: &DetectOptions,
+    amd_pci: &[&pci::PciDevice],
+    warnings: &mut Vec<String>,
+) -> Vec<amd::LibraryGpu> {
+    if !root.is_live() && !options.force_rocm_smi {
+        return Vec::new();
+    }
+    let addresses: Vec<&str> = amd_pci.iter().map(|p| p.address.as_str()).collect();
+    rocm_smi::probe(&addresses, warnings)
+}
+
+/// Built without the `rocm` feature: amdgpu sysfs and KFD are the only AMD sources.
+#[cfg(not(feature = "rocm"))]
+fn amd_library(
+    _root: &SysRoot,
+    _options: &DetectOptions,
+    _amd_pci: &[&pci::PciDevice],
+    _warnings: &mut Vec<String>,
+) -> Vec<amd::LibraryGpu> {
+    Vec::new()
 }
 
 /// Usable memory of a discrete card: total less a fixed and a proportional reserve.

@@ -122,6 +122,8 @@ mod tests {
         status.engines.insert(
             "engine-0".into(),
             EngineStatus {
+                runtime: String::new(),
+                instance: None,
                 name: "engine-0".into(),
                 state: EngineState::Ready,
                 variant: "cpu".into(),
@@ -170,6 +172,8 @@ mod tests {
         status.engines.insert(
             "e".into(),
             EngineStatus {
+                runtime: String::new(),
+                instance: None,
                 name: "e".into(),
                 state: EngineState::Restarting { in_ms: 500 },
                 variant: "v".into(),
