@@ -24,6 +24,9 @@ use profile::Profile;
 /// model at a slow disk's pace.
 const BASE_STARTUP_ALLOWANCE_S: u64 = 30;
 const SLOW_DISK_MIB_PER_S: u64 = 200;
+/// How many step-down choices a group keeps: a crash loop never needs more, and only these get
+/// rendered launches.
+pub const MAX_FALLBACKS: usize = 8;
 
 /// The plan for the whole box: one group per engine that will run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -225,7 +228,7 @@ fn plan_device(
     }
     let index = plan.groups.len();
     let port = settings.first_port.saturating_add(index as u16);
-    let mut choices = accepted.into_iter().filter_map(|(variant, profile)| {
+    let mut choices = accepted.into_iter().take(1 + MAX_FALLBACKS).filter_map(|(variant, profile)| {
         let engine = manifest.engine.get(&variant.engine)?;
         Some(Choice {
             variant: variant.name.clone(),
@@ -348,11 +351,20 @@ fn render_launch(
             values.insert(key, value);
         }
     }
+    // One pass per argument: most have no placeholder, a few have one.
     let substitute = |arg: &String| {
-        let mut out = arg.clone();
-        for (key, value) in &values {
-            out = out.replace(&format!("{{{key}}}"), value);
+        let mut out = String::with_capacity(arg.len());
+        let mut rest = arg.as_str();
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}').map(|c| open + c) else { break };
+            out.push_str(&rest[..open]);
+            match values.get(&rest[open + 1..close]) {
+                Some(value) => out.push_str(value),
+                None => out.push_str(&rest[open..=close]),
+            }
+            rest = &rest[close + 1..];
         }
+        out.push_str(rest);
         out
     };
     let mut args: Vec<String> = engine.args.iter().map(substitute).collect();
