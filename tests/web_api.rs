@@ -56,8 +56,6 @@ impl Actions for Recording {
 
 fn engine(state: EngineState, tokens_per_s: f64) -> EngineStatus {
     EngineStatus {
-        runtime: String::new(),
-        instance: None,
         name: "engine-0".into(),
         state,
         variant: "cpu-avx2".into(),

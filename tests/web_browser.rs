@@ -98,8 +98,6 @@ async fn publish_engine_state(
             s.engines.insert(
                 ENGINE_NAME.into(),
                 EngineStatus {
-                    runtime: String::new(),
-                    instance: None,
                     name: ENGINE_NAME.into(),
                     state,
                     variant: "cpu".into(),

@@ -41,6 +41,12 @@ pub async fn run(
     let status = StatusModel::new();
     let root = config.root.clone().map(SysRoot::new).unwrap_or_else(SysRoot::live);
 
+    // An update interrupted by a crash or power cut is undone before anything is planned, so the
+    // box boots the last committed profile set.
+    let paths = crate::ota::OtaPaths { state_dir: config.state_dir.clone(), models_dir: config.models_dir() };
+    if let Err(e) = crate::ota::recover(&paths, &status) {
+        status.event("ota", Level::Error, format!("recovering the update state: {e}"));
+    }
     let detection = detect(&root, &options, &status).await;
     let plan = make_plan(&config, &root, &detection, &options, &status).await?;
 

@@ -183,8 +183,6 @@ mod tests {
             s.engines.insert(
                 "e0".into(),
                 EngineStatus {
-                    runtime: String::new(),
-                    instance: None,
                     name: "e0".into(),
                     state: EngineState::Ready,
                     variant: String::new(),

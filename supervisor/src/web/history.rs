@@ -117,8 +117,6 @@ mod tests {
         status.engines.insert(
             "engine-0".into(),
             EngineStatus {
-                runtime: String::new(),
-                instance: None,
                 name: "engine-0".into(),
                 state: EngineState::Ready,
                 variant: "cpu".into(),

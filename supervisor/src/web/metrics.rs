@@ -122,8 +122,6 @@ mod tests {
         status.engines.insert(
             "engine-0".into(),
             EngineStatus {
-                runtime: String::new(),
-                instance: None,
                 name: "engine-0".into(),
                 state: EngineState::Ready,
                 variant: "cpu".into(),
@@ -172,8 +170,6 @@ mod tests {
         status.engines.insert(
             "e".into(),
             EngineStatus {
-                runtime: String::new(),
-                instance: None,
                 name: "e".into(),
                 state: EngineState::Restarting { in_ms: 500 },
                 variant: "v".into(),
