@@ -287,3 +287,34 @@ fn live_engine_dirs() -> Option<(tempfile::TempDir, tempfile::TempDir, tempfile:
     std::fs::copy(&model, models.path().join("tiny-llama.gguf")).unwrap();
     Some((engines, models, tempfile::tempdir().unwrap()))
 }
+
+/// Engines in Docker on a host whose dockerd has neither the `nvidia` runtime nor CDI devices
+/// (this machine's real dockerd): the NVIDIA GPU is planned out with the toolkit fix, and the CPU
+/// takes over instead of a CUDA container that would fail at start.
+#[test]
+fn docker_without_the_nvidia_toolkit_plans_the_gpu_out_with_the_fix() {
+    let docker_plan = json_of(&run_ok(
+        lucebox()
+            .env("LUCEBOX_RUNTIME__MODE", "docker")
+            .args(["plan", "--json", "--root"])
+            .arg(host_fixture("rtx3090-desktop")),
+    ));
+    let unplanned = docker_plan["unplanned"].as_array().expect("unplanned list");
+    let gpu = unplanned
+        .iter()
+        .find(|u| u["device"] == "0000:01:00.0")
+        .unwrap_or_else(|| panic!("the 3090 must be planned out: {docker_plan:#}"));
+    let why = gpu.to_string();
+    assert!(why.contains("NVIDIA Container Toolkit"), "{why}");
+    assert!(why.contains("nvidia-ctk runtime configure"), "{why}");
+    assert_eq!(group(&docker_plan, "cpu")["choice"]["variant"], "cpu");
+
+    // The same tree with engines as child processes is not asked about Docker at all.
+    let process_plan = json_of(&run_ok(
+        lucebox()
+            .env("LUCEBOX_RUNTIME__MODE", "process")
+            .args(["plan", "--json", "--root"])
+            .arg(host_fixture("rtx3090-desktop")),
+    ));
+    assert_eq!(group(&process_plan, "0000:01:00.0")["choice"]["variant"], "cuda");
+}

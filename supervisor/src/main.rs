@@ -213,10 +213,17 @@ const PLAN_TIMING_RUNS: usize = 200;
 fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
     let root = sys_root(&args.root)?;
     let options = DetectOptions { nvml_lib: args.root.nvml_lib.clone(), ..DetectOptions::default() };
-    let detection = hardware::detect(&root, &options);
+    let mut detection = hardware::detect(&root, &options);
     let inputs = PlanInputs::load(config, args.profiles.as_deref(), args.variants.as_deref())?;
     let settings = inputs.settings(config, args.models.clone(), root.is_live());
+    let gpu_access = docker_gpu_access(config, root.is_live())?;
+    if let Some(access) = &gpu_access {
+        access.restrict(&mut detection);
+    }
     let mut plan = lucebox::plan::make_plan(&detection, &inputs.manifest, &inputs.profiles, &settings);
+    if let Some(access) = &gpu_access {
+        access.apply_to_plan(&mut plan);
+    }
     if args.timing {
         // Repeated so one preempted run on a busy machine does not decide the figure.
         let mut times: Vec<f64> = (0..PLAN_TIMING_RUNS)
@@ -248,6 +255,25 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         print!("{}", lucebox::plan::table::render(&plan, args.verbose));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// When engines run in Docker here, what dockerd can hand them (NVIDIA runtime or CDI devices).
+fn docker_gpu_access(
+    config: &Config,
+    root_is_live: bool,
+) -> anyhow::Result<Option<lucebox::runtime::gpu_access::DockerGpuAccess>> {
+    use lucebox::runtime::gpu_access;
+    if !gpu_access::applies(config, root_is_live) {
+        return Ok(None);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match runtime.block_on(gpu_access::query(&config.runtime.docker_socket)) {
+        Ok(access) => Ok(Some(access)),
+        Err(e) => {
+            eprintln!("warning: cannot ask dockerd which GPUs it can hand to engine containers: {e}");
+            Ok(None)
+        }
+    }
 }
 
 fn run(config_file: Option<&std::path::Path>, args: RunArgs) -> anyhow::Result<ExitCode> {

@@ -134,7 +134,22 @@ async fn make_plan(
 ) -> Result<Plan, SuperviseError> {
     let inputs = PlanInputs::load(config, None, None)?;
     let settings = inputs.settings(config, None, true);
+    let gpu_access = docker_gpu_access(config, root, status).await;
+    let mut for_planning = detection.clone();
+    if let Some(access) = &gpu_access {
+        for device in access.restrict(&mut for_planning) {
+            status.event(
+                "plan",
+                Level::Warn,
+                format!("{device}: {}", crate::runtime::gpu_access::NVIDIA_TOOLKIT_FIX),
+            );
+        }
+    }
+    let detection = &for_planning;
     let mut plan = plan::make_plan(detection, &inputs.manifest, &inputs.profiles, &settings);
+    if let Some(access) = &gpu_access {
+        access.apply_to_plan(&mut plan);
+    }
     if !options.no_smoke && root.is_live() {
         let (smoke, detection) = (inputs.smoke_settings(config), detection.clone());
         plan = tokio::task::spawn_blocking(move || {
@@ -164,6 +179,24 @@ async fn make_plan(
     }
     status.update(|s| s.plan = Some(plan.clone()));
     Ok(plan)
+}
+
+/// What dockerd can give engine containers in the way of NVIDIA GPUs, when engines run there.
+async fn docker_gpu_access(
+    config: &Config,
+    root: &SysRoot,
+    status: &StatusModel,
+) -> Option<crate::runtime::gpu_access::DockerGpuAccess> {
+    if !crate::runtime::gpu_access::applies(config, root.is_live()) {
+        return None;
+    }
+    match crate::runtime::gpu_access::query(&config.runtime.docker_socket).await {
+        Ok(access) => Some(access),
+        Err(e) => {
+            status.event("plan", Level::Warn, format!("cannot ask dockerd which GPUs it can hand out: {e}"));
+            None
+        }
+    }
 }
 
 /// Copies an engine's queue into its status entry, for the page and `/metrics`.

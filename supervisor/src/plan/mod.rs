@@ -86,6 +86,10 @@ pub struct ContainerNeeds {
     pub nvidia_gpus: Vec<String>,
     /// Device nodes to map, e.g. `/dev/kfd`, `/dev/dri`.
     pub devices: Vec<String>,
+    /// Request the GPUs as CDI devices (`nvidia.com/gpu=<id>`): dockerd has CDI specs but no
+    /// `nvidia` runtime. Set from `docker info` by the Docker runtime, never by the planner.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nvidia_via_cdi: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

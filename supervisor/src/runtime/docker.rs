@@ -145,13 +145,23 @@ fn host_config(launch: &Launch, limits: &ContainerLimits) -> HostConfig {
         .collect();
     model_dirs.sort();
     model_dirs.dedup();
-    let device_requests = (!launch.container.nvidia_gpus.is_empty()).then(|| {
-        vec![DeviceRequest {
-            driver: Some("nvidia".into()),
-            device_ids: Some(launch.container.nvidia_gpus.clone()),
-            capabilities: Some(vec![vec!["gpu".into()]]),
-            ..Default::default()
-        }]
+    let gpus = &launch.container.nvidia_gpus;
+    let device_requests = (!gpus.is_empty()).then(|| {
+        let request = if launch.container.nvidia_via_cdi {
+            DeviceRequest {
+                driver: Some("cdi".into()),
+                device_ids: Some(gpus.iter().map(|id| format!("nvidia.com/gpu={id}")).collect()),
+                ..Default::default()
+            }
+        } else {
+            DeviceRequest {
+                driver: Some("nvidia".into()),
+                device_ids: Some(gpus.clone()),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }
+        };
+        vec![request]
     });
     let devices: Vec<DeviceMapping> = launch
         .container
@@ -481,6 +491,7 @@ mod tests {
             container: ContainerNeeds {
                 nvidia_gpus: vec!["GPU-1234".into()],
                 devices: vec!["/dev/kfd".into(), "/dev/dri".into()],
+                nvidia_via_cdi: false,
             },
             ..Default::default()
         };
@@ -496,6 +507,17 @@ mod tests {
         assert_eq!(gpus[0].driver.as_deref(), Some("nvidia"));
         assert_eq!(hc.memory, Some(1 << 30));
         assert_eq!(hc.pids_limit, Some(64));
+    }
+
+    #[test]
+    fn gpus_are_requested_by_cdi_name_without_the_nvidia_runtime() {
+        let mut launch = Launch::default();
+        launch.container.nvidia_gpus = vec!["GPU-1234".into()];
+        launch.container.nvidia_via_cdi = true;
+        let hc = host_config(&launch, &ContainerLimits { memory_bytes: None, pids: 64 });
+        let gpus = hc.device_requests.unwrap();
+        assert_eq!(gpus[0].driver.as_deref(), Some("cdi"));
+        assert_eq!(gpus[0].device_ids.as_deref(), Some(&["nvidia.com/gpu=GPU-1234".to_string()][..]));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod docker;
 mod engine;
 mod exit;
+pub mod gpu_access;
 pub mod load;
 mod loglines;
 mod policy;
