@@ -42,7 +42,9 @@ fn events(rig: &RunRig) -> String {
 fn ready_engine(rig: &RunRig, old_pid: Option<&str>, within: Duration) -> String {
     let mut pid = String::new();
     wait_for("engine-cpu ready", within, || {
-        let e = engine(rig);
+        // The web starts after detection and the smoke start: no answer yet is fine.
+        let Some((200, body)) = http(rig.web_port, "GET", "/api/v1/engines", "") else { return false };
+        let e = serde_json::from_str::<Value>(&body).unwrap()["engine-cpu"].clone();
         let instance = e["instance"].as_str().unwrap_or_default().to_string();
         let fresh = old_pid.is_none_or(|old| old != instance);
         if e["state"]["state"] == "ready" && fresh && !instance.is_empty() {
@@ -53,6 +55,17 @@ fn ready_engine(rig: &RunRig, old_pid: Option<&str>, within: Duration) -> String
         }
     });
     pid
+}
+
+/// The `control` events that give a time (the supervisor's own measure of an action).
+fn timed_events(rig: &RunRig) -> Vec<String> {
+    get(rig.web_port, "/api/v1/events")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "control" && e["message"].as_str().is_some_and(|m| m.contains(" ms ")))
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn chat_works(port: u16) -> bool {
@@ -101,6 +114,7 @@ fn restart_needs_the_token_and_brings_the_engine_back_on_a_new_process() {
         events.contains("restart requested through the API") && events.contains("restart done")
     });
     assert_ne!(old, new);
+    eprintln!("figure (supervisor): {:?}", timed_events(&rig));
     assert!(rig.terminate(Duration::from_secs(30)).success());
 }
 
@@ -160,6 +174,8 @@ fn switching_the_profile_validates_persists_and_restarts_the_engine_on_it() {
     assert_eq!(plan["groups"][0]["choice"]["profile"], other, "the status plan follows");
     assert!(events(&rig).contains(&format!("pinned cpu to profile {other}")));
     assert!(chat_works(rig.engine_port));
+    wait_for("the switch event", Duration::from_secs(10), || events(&rig).contains("profile switch done"));
+    eprintln!("figure (supervisor): {:?}", timed_events(&rig));
 
     // The pin survives a restart of the supervisor.
     assert!(rig.terminate(Duration::from_secs(30)).success());
@@ -241,6 +257,8 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
     assert!(chat_works(rig.engine_port));
     let (status, body) = post(&rig, "/api/v1/ota/rollback", "");
     assert_eq!(status, 400, "nothing before the first committed set: {body}");
+    wait_for("the commit event", Duration::from_secs(10), || events(&rig).contains("committed"));
+    eprintln!("figure (supervisor): {:?}", timed_events(&rig));
     assert!(rig.terminate(Duration::from_secs(30)).success());
 }
 

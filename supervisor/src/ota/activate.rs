@@ -13,7 +13,7 @@ pub type ActivationFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Activatio
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ActivationError {
-    #[error("engine {engine} not healthy within {allowance:?}: {detail}")]
+    #[error("engine {engine} not healthy (startup allowance {allowance:?}): {detail}")]
     Unhealthy { engine: String, allowance: Duration, detail: String },
     #[error("planning from the new set failed: {0}")]
     Plan(String),
