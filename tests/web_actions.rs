@@ -35,7 +35,12 @@ fn engine(rig: &RunRig) -> Value {
 }
 
 fn events(rig: &RunRig) -> String {
-    get(rig.web_port, "/api/v1/events").as_array().unwrap().iter().map(|e| format!("{}\n", e["message"])).collect()
+    get(rig.web_port, "/api/v1/events")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| format!("{}\n", e["message"]))
+        .collect()
 }
 
 /// Waits until engine-cpu is ready on a process other than `old_pid`; returns its pid.
@@ -308,11 +313,16 @@ mod fan {
                 ..Default::default()
             },
         };
-        let (state, status, cancel) = (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
+        let (state, status, cancel) =
+            (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
         let overrides = FanOverrides::default();
         let (_tx, load) = tokio::sync::watch::channel(None);
         let task = tokio::spawn(control_loop_with(
-            ControlConfig { period: Duration::from_millis(20), overrides: overrides.clone(), ..Default::default() },
+            ControlConfig {
+                period: Duration::from_millis(20),
+                overrides: overrides.clone(),
+                ..Default::default()
+            },
             vec![device],
             SysRoot::new(&root),
             state.path().to_path_buf(),
@@ -322,7 +332,8 @@ mod fan {
         ));
         let hwmon = root.join(&hwmon_rel);
         let enable = || std::fs::read_to_string(hwmon.join("pwm1_enable")).unwrap().trim().to_string();
-        let mode = || status.snapshot().thermal.get("0000:03:00.0").map(|t| (t.mode.clone(), t.safety.clone()));
+        let mode =
+            || status.snapshot().thermal.get("0000:03:00.0").map(|t| (t.mode.clone(), t.safety.clone()));
 
         until("predictive control", || enable() == "1").await;
         assert_eq!(mode(), Some(("predictive".into(), None)));

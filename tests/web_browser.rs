@@ -16,19 +16,18 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{free_port, llama_server as engine_binary, tiny_model};
 use lucebox::hardware::{self, DetectOptions, SysRoot};
 use lucebox::status::{unix_ms, EngineState, EngineStatus, Level, LoadSnapshot, StatusModel};
 use lucebox::web::{Limits, NoActions};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
-use common::{free_port, llama_server as engine_binary, tiny_model};
 use web_common::{send_within, TestServer};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const ENGINE_NAME: &str = "engine-0";
-
 
 /// HTTP/1.1 request with a JSON body, answered JSON (chromedriver and llama-server both speak it).
 async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {

@@ -367,7 +367,10 @@ mod tests {
             let state = jail.directory().join("state");
             jail.create_file(
                 "lucebox.toml",
-                &format!("state_dir = {:?}\n[pin.cpu]\nprofile = \"from-file\"\n[pin.default]\nprofile = \"d\"\n", state),
+                &format!(
+                    "state_dir = {:?}\n[pin.cpu]\nprofile = \"from-file\"\n[pin.default]\nprofile = \"d\"\n",
+                    state
+                ),
             )?;
             let mut pins = PinsFile::default();
             pins.pin.insert("cpu".into(), Pin { profile: Some("from-api".into()), variant: None });
@@ -380,7 +383,8 @@ mod tests {
             let config =
                 Config::load(Some(Path::new("lucebox.toml")), Figment::new()).map_err(|e| e.to_string())?;
             assert_eq!(config.pin["cpu"].profile.as_deref(), Some("from-env"));
-            std::fs::write(state.join(PINS_FILE), "[pin.cpu]\nprofle = \"x\"\n").map_err(|e| e.to_string())?;
+            std::fs::write(state.join(PINS_FILE), "[pin.cpu]\nprofle = \"x\"\n")
+                .map_err(|e| e.to_string())?;
             let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
             assert!(err.contains("pins.toml") && err.contains("profle"), "{err}");
             Ok(())

@@ -158,8 +158,11 @@ impl RunRig {
     /// SIGTERM, then waits up to `within` for the exit.
     pub fn terminate(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("spawned");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-            .unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         let deadline = std::time::Instant::now() + within;
         loop {
             if let Some(exit) = child.try_wait().unwrap() {

@@ -20,7 +20,8 @@ impl PlanActivator {
         let plan = self.planner.plan(&inputs, self.planner.pins(), true).await;
         self.planner.publish(&plan);
         if plan.groups.is_empty() {
-            let why: Vec<String> = plan.unplanned.iter().map(|u| format!("{}: {}", u.device, u.reason)).collect();
+            let why: Vec<String> =
+                plan.unplanned.iter().map(|u| format!("{}: {}", u.device, u.reason)).collect();
             return Err(ActivationError::Plan(format!("no engine can run ({})", why.join("; "))));
         }
         let started = self

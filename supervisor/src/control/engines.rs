@@ -58,6 +58,7 @@ impl EngineSet {
     pub async fn replace(&self, plan: &Plan) -> Result<Vec<Started>, RuntimeError> {
         validate_plan(plan)?;
         let mut running = self.running.lock().await;
+        self.refuse_when_stopping("*")?;
         for (_, old) in std::mem::take(&mut *running) {
             self.stop(old).await;
         }
@@ -78,6 +79,7 @@ impl EngineSet {
     /// one for a requested restart, a new one after a profile switch.
     pub async fn restart(&self, group: GroupPlan) -> Result<Started, RuntimeError> {
         let mut running = self.running.lock().await;
+        self.refuse_when_stopping(&group.name)?;
         let mut plan = self.status.read(|s| s.plan.clone()).unwrap_or_default();
         match plan.groups.iter_mut().find(|g| g.name == group.name) {
             Some(slot) => *slot = group.clone(),
@@ -122,7 +124,10 @@ impl EngineSet {
                     detail,
                 };
                 match entry {
-                    Some(e) if e.restarts > start.restarts || matches!(e.state, EngineState::CrashLooping { .. }) => {
+                    Some(e)
+                        if e.restarts > start.restarts
+                            || matches!(e.state, EngineState::CrashLooping { .. }) =>
+                    {
                         let exit = e.last_exit.unwrap_or_else(|| "ended".into());
                         return Err(unhealthy(format!("{}/{}: {exit}", e.variant, e.profile)));
                     }
@@ -140,11 +145,25 @@ impl EngineSet {
                 return Ok(());
             }
             if self.cancel.is_cancelled() {
-                return Err(ActivationError::Start { engine: "*".into(), detail: "supervisor stopping".into() });
+                return Err(ActivationError::Start {
+                    engine: "*".into(),
+                    detail: "supervisor stopping".into(),
+                });
             }
             // Woken by any status change; the timeout re-checks the allowances.
             let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
         }
+    }
+
+    /// An action racing shutdown must not start engines nobody will stop.
+    fn refuse_when_stopping(&self, engine: &str) -> Result<(), RuntimeError> {
+        if self.cancel.is_cancelled() {
+            return Err(RuntimeError::Task {
+                engine: engine.into(),
+                message: "the supervisor is stopping".into(),
+            });
+        }
+        Ok(())
     }
 
     fn spawn_one(&self, group: GroupPlan) -> (Running, Started) {

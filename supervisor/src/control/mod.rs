@@ -48,7 +48,12 @@ struct Busy {
 }
 
 impl Control {
-    pub fn new(planner: Arc<Planner>, engines: Arc<EngineSet>, fans: FanOverrides, status: StatusModel) -> Self {
+    pub fn new(
+        planner: Arc<Planner>,
+        engines: Arc<EngineSet>,
+        fans: FanOverrides,
+        status: StatusModel,
+    ) -> Self {
         Self {
             planner,
             engines,
@@ -104,7 +109,9 @@ impl Control {
             let begun = Instant::now();
             let name = group.name.clone();
             let outcome = match engines.restart(group).await {
-                Ok(started) => engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string()),
+                Ok(started) => {
+                    engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
+                }
                 Err(e) => Err(e.to_string()),
             };
             match outcome {
@@ -147,9 +154,13 @@ impl Control {
             }
         }
         let mut pins = self.planner.pins();
-        pins.insert(pin.device.clone(), Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() });
+        pins.insert(
+            pin.device.clone(),
+            Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() },
+        );
         let plan = self.planner.plan(&inputs, pins.clone(), false).await;
-        let targets: Vec<&str> = if pin.device == "default" { devices.clone() } else { vec![pin.device.as_str()] };
+        let targets: Vec<&str> =
+            if pin.device == "default" { devices.clone() } else { vec![pin.device.as_str()] };
         let mut groups = Vec::new();
         for device in &targets {
             match eligibility(&plan, device, &pin) {
@@ -165,17 +176,28 @@ impl Control {
             return Err(ActionError::Invalid(format!(
                 "profile {} fits no device: {}",
                 pin.profile,
-                targets.iter().filter_map(|d| eligibility(&plan, d, &pin).err()).collect::<Vec<_>>().join("; ")
+                targets
+                    .iter()
+                    .filter_map(|d| eligibility(&plan, d, &pin).err())
+                    .collect::<Vec<_>>()
+                    .join("; ")
             )));
         }
         let busy = self.begin(&format!("a profile switch of {}", pin.device))?;
         // Persist first: a restart of the supervisor keeps the operator's choice.
         let path = self.planner.config().state_dir.join(PINS_FILE);
-        let mut file = PinsFile::load(&path).map_err(|e| ActionError::Failed(e.to_string()))?.unwrap_or_default();
-        file.pin.insert(pin.device.clone(), Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() });
+        let mut file =
+            PinsFile::load(&path).map_err(|e| ActionError::Failed(e.to_string()))?.unwrap_or_default();
+        file.pin.insert(
+            pin.device.clone(),
+            Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() },
+        );
         file.save(&path).map_err(|e| ActionError::Failed(format!("{}: {e}", path.display())))?;
         self.planner.set_pins(pins);
-        let names: Vec<String> = groups.iter().map(|g| format!("{} on {}/{}", g.name, g.choice.variant, g.choice.profile)).collect();
+        let names: Vec<String> = groups
+            .iter()
+            .map(|g| format!("{} on {}/{}", g.name, g.choice.variant, g.choice.profile))
+            .collect();
         self.event(
             Level::Info,
             format!(
@@ -193,33 +215,48 @@ impl Control {
             for group in groups {
                 let name = group.name.clone();
                 let outcome = match engines.restart(group).await {
-                    Ok(started) => engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string()),
+                    Ok(started) => {
+                        engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
+                    }
                     Err(e) => Err(e.to_string()),
                 };
                 match outcome {
                     Ok(()) => status.event(
                         SOURCE,
                         Level::Info,
-                        format!("{name}: profile switch done, ready {} ms after the request", begun.elapsed().as_millis()),
+                        format!(
+                            "{name}: profile switch done, ready {} ms after the request",
+                            begun.elapsed().as_millis()
+                        ),
                     ),
                     Err(e) => status.event(SOURCE, Level::Error, format!("{name}: profile switch: {e}")),
                 }
             }
         });
-        Ok(Accepted { message: format!("pinned {} to {}; restarting {}", pin.device, pin.profile, names.join(", ")) })
+        Ok(Accepted {
+            message: format!("pinned {} to {}; restarting {}", pin.device, pin.profile, names.join(", ")),
+        })
     }
 
     fn updater(&self) -> Result<Updater, ActionError> {
         let config = self.planner.config();
         let paths = self.paths();
-        let repo = config.ota.repository.clone().ok_or_else(|| {
-            ActionError::Invalid("no update repository configured (ota.repository)".into())
-        })?;
+        let repo =
+            config.ota.repository.clone().ok_or_else(|| {
+                ActionError::Invalid("no update repository configured (ota.repository)".into())
+            })?;
         let root = config.ota.trusted_root.clone().unwrap_or_else(|| paths.ota_dir().join("root.json"));
         let trusted_root = std::fs::read(&root)
             .map_err(|e| ActionError::Failed(format!("trusted root {}: {e}", root.display())))?;
-        let source = RepoSource::parse(&repo).map_err(|e| ActionError::Invalid(format!("ota.repository: {e}")))?;
-        Ok(Updater { paths, trusted_root, source, http: HttpClient::new(Default::default()), status: self.status.clone() })
+        let source =
+            RepoSource::parse(&repo).map_err(|e| ActionError::Invalid(format!("ota.repository: {e}")))?;
+        Ok(Updater {
+            paths,
+            trusted_root,
+            source,
+            http: HttpClient::new(Default::default()),
+            status: self.status.clone(),
+        })
     }
 
     fn activator(&self) -> PlanActivator {
@@ -231,7 +268,9 @@ impl Control {
         let serving: Vec<String> = self.status.read(|s| {
             s.engines
                 .values()
-                .filter(|e| e.load.as_ref().is_some_and(|l| l.requests_processing > 0 || l.requests_deferred > 0))
+                .filter(|e| {
+                    e.load.as_ref().is_some_and(|l| l.requests_processing > 0 || l.requests_deferred > 0)
+                })
                 .map(|e| e.name.clone())
                 .collect()
         });
@@ -250,9 +289,11 @@ impl Control {
             let options = ApplyOptions { force, idle_wait: OTA_IDLE_WAIT, pause_after: None };
             let ms = || begun.elapsed().as_millis();
             match updater.apply(&activator, options).await {
-                Ok(ApplyOutcome::Committed { version, .. }) => {
-                    status.event(SOURCE, Level::Info, format!("update to v{version} committed {} ms after the request", ms()))
-                }
+                Ok(ApplyOutcome::Committed { version, .. }) => status.event(
+                    SOURCE,
+                    Level::Info,
+                    format!("update to v{version} committed {} ms after the request", ms()),
+                ),
                 Ok(ApplyOutcome::RolledBack { version, reason }) => status.event(
                     SOURCE,
                     Level::Warn,
@@ -305,7 +346,11 @@ impl Control {
             FanMode::FullSpeed => (Some(FanOverride::FullSpeed), "full-speed"),
         };
         self.fans.set(&device, wanted);
-        self.status.event("thermal", Level::Info, format!("{device}: fan mode {name} requested through the API"));
+        self.status.event(
+            "thermal",
+            Level::Info,
+            format!("{device}: fan mode {name} requested through the API"),
+        );
         Ok(Accepted { message: format!("fan mode of {device}: {name}") })
     }
 }
@@ -355,5 +400,152 @@ impl Actions for Control {
     fn set_fan_mode(&self, device: String, mode: FanMode) -> ActionFuture<'_> {
         let result = self.fan_mode(device, mode);
         Box::pin(async move { result })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::hardware::Detection;
+    use crate::plan::{Candidate, Choice, GroupPlan, Launch, Plan};
+    use crate::status::{EngineState, EngineStatus, LoadSnapshot, ThermalStatus};
+    use tokio_util::sync::CancellationToken;
+
+    fn group(name: &str, profile: &str) -> GroupPlan {
+        GroupPlan {
+            name: name.into(),
+            devices: vec!["cpu".into()],
+            choice: Choice {
+                variant: "cpu".into(),
+                profile: profile.into(),
+                launch: Launch { program: "/bin/true".into(), port: 1, ..Default::default() },
+            },
+            candidates: vec![
+                Candidate {
+                    variant: "cpu".into(),
+                    profile: profile.into(),
+                    accepted: true,
+                    reason: "fits".into(),
+                },
+                Candidate {
+                    variant: "cpu".into(),
+                    profile: "big".into(),
+                    accepted: false,
+                    reason: "needs 900000 MiB, device has 16000".into(),
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// A control over engines whose supervision loops only wait to be cancelled.
+    fn control(dir: &std::path::Path) -> (Control, StatusModel, Arc<EngineSet>) {
+        std::fs::write(dir.join("root.json"), b"{}").unwrap();
+        let mut config = Config { state_dir: dir.join("state"), ..Config::default() };
+        config.ota.repository = Some(dir.display().to_string());
+        config.ota.trusted_root = Some(dir.join("root.json"));
+        let status = StatusModel::new();
+        let spawn: crate::runtime::SpawnSupervisor =
+            Arc::new(|_group: GroupPlan, cancel: CancellationToken| {
+                tokio::spawn(async move {
+                    cancel.cancelled().await;
+                    Ok(())
+                })
+            });
+        let engines = Arc::new(EngineSet::new(spawn, status.clone(), CancellationToken::new()));
+        let planner = Arc::new(Planner::new(config, Detection::empty(), false, status.clone()));
+        let control = Control::new(planner, engines.clone(), FanOverrides::default(), status.clone());
+        (control, status, engines)
+    }
+
+    fn serving(name: &str) -> EngineStatus {
+        EngineStatus {
+            name: name.into(),
+            state: EngineState::Ready,
+            variant: "cpu".into(),
+            profile: "tiny".into(),
+            port: 1,
+            runtime: "process".into(),
+            instance: None,
+            restarts: 0,
+            last_exit: None,
+            fallback_reason: None,
+            since_unix_ms: 0,
+            load: Some(LoadSnapshot { requests_processing: 1, ..LoadSnapshot::default() }),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_update_is_locked_while_an_engine_serves_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (control, status, _engines) = control(dir.path());
+        status.update(|s| {
+            s.engines.insert("engine-cpu".into(), serving("engine-cpu"));
+        });
+        match control.apply_update(false).await {
+            Err(ActionError::Locked(why)) => {
+                assert!(why.contains("engine-cpu") && why.contains("force"), "{why}")
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        control.apply_update(true).await.expect("forced update accepted");
+    }
+
+    #[tokio::test]
+    async fn one_action_at_a_time_and_unknown_names_are_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (control, _status, engines) = control(dir.path());
+        let plan = Plan { groups: vec![group("engine-cpu", "tiny")], ..Plan::default() };
+        engines.replace(&plan).await.unwrap();
+        match control.restart("engine-gpu".into()).await {
+            Err(ActionError::NotFound(why)) => {
+                assert!(why.contains("engine-cpu"), "lists the engines: {why}")
+            }
+            other => panic!("expected NotFound, got {other:?}"),
+        }
+        let busy = control.begin("an update").unwrap();
+        match control.restart("engine-cpu".into()).await {
+            Err(ActionError::Locked(why)) => assert_eq!(why, "an update is in progress"),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(busy);
+        control.restart("engine-cpu".into()).await.expect("restart accepted once free");
+        engines.stop_all().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn fan_modes_reach_the_overrides_of_driven_devices_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (control, status, _engines) = control(dir.path());
+        status.update(|s| {
+            s.thermal.insert("0000:03:00.0".into(), ThermalStatus::default());
+        });
+        assert!(matches!(
+            control.fan_mode("0000:09:00.0".into(), FanMode::FullSpeed),
+            Err(ActionError::NotFound(_))
+        ));
+        control.fan_mode("0000:03:00.0".into(), FanMode::FullSpeed).unwrap();
+        assert_eq!(control.fans.get("0000:03:00.0"), Some(FanOverride::FullSpeed));
+        control.fan_mode("0000:03:00.0".into(), FanMode::FirmwareAuto).unwrap();
+        assert_eq!(control.fans.get("0000:03:00.0"), Some(FanOverride::FirmwareAuto));
+        control.fan_mode("0000:03:00.0".into(), FanMode::Predictive).unwrap();
+        assert_eq!(control.fans.get("0000:03:00.0"), None);
+    }
+
+    #[test]
+    fn ineligible_pins_say_why() {
+        let plan = Plan { groups: vec![group("engine-cpu", "tiny")], ..Plan::default() };
+        let pin = |profile: &str, variant: Option<&str>| PinRequest {
+            device: "cpu".into(),
+            profile: profile.into(),
+            variant: variant.map(Into::into),
+        };
+        assert_eq!(eligibility(&plan, "cpu", &pin("tiny", None)).unwrap().name, "engine-cpu");
+        let why = eligibility(&plan, "cpu", &pin("big", None)).unwrap_err();
+        assert!(why.contains("not eligible on device cpu") && why.contains("900000 MiB"), "{why}");
+        let why = eligibility(&plan, "cpu", &pin("tiny", Some("vulkan"))).unwrap_err();
+        assert!(why.contains("no variant can run it"), "{why}");
+        assert!(eligibility(&plan, "0000:03:00.0", &pin("tiny", None)).unwrap_err().contains("not planned"));
     }
 }

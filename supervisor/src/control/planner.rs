@@ -46,9 +46,7 @@ impl Planner {
     /// Profiles and variants: the configured ones, else those of `set_dir` (an installed OTA set),
     /// else what the configuration resolves (the active set, the image's, the source tree's).
     pub fn inputs(&self, set_dir: Option<&Path>) -> Result<PlanInputs, InputError> {
-        let in_set = |name: &str| -> Option<PathBuf> {
-            set_dir.map(|d| d.join(name)).filter(|p| p.exists())
-        };
+        let in_set = |name: &str| -> Option<PathBuf> { set_dir.map(|d| d.join(name)).filter(|p| p.exists()) };
         let profiles = self.config.profiles_dir.clone().or_else(|| in_set("profiles"));
         let variants = self.config.variants_file.clone().or_else(|| in_set("variants.toml"));
         PlanInputs::load(&self.config, profiles.as_deref(), variants.as_deref())
@@ -89,7 +87,11 @@ impl Planner {
             );
         }
         for unplanned in &plan.unplanned {
-            self.status.event("plan", Level::Warn, format!("{}: no engine: {}", unplanned.device, unplanned.reason));
+            self.status.event(
+                "plan",
+                Level::Warn,
+                format!("{}: no engine: {}", unplanned.device, unplanned.reason),
+            );
         }
         self.status.update(|s| s.plan = Some(plan.clone()));
     }

@@ -121,7 +121,10 @@ pub type SpawnSupervisor = std::sync::Arc<
 
 /// Resolves the runtime from the configuration (connecting to dockerd in Docker mode) and returns
 /// a [`SpawnSupervisor`] for it with the default policy.
-pub async fn supervisor_spawner(config: &Config, status: StatusModel) -> Result<SpawnSupervisor, RuntimeError> {
+pub async fn supervisor_spawner(
+    config: &Config,
+    status: StatusModel,
+) -> Result<SpawnSupervisor, RuntimeError> {
     let policy = SupervisionPolicy::default();
     match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
         ResolvedMode::Process => Ok(spawner(ProcessRuntime::new(), policy, status)),
