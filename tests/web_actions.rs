@@ -68,7 +68,7 @@ fn timed_events(rig: &RunRig) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["source"] == "control" && e["message"].as_str().is_some_and(|m| m.contains(" ms ")))
+        .filter(|e| e["source"] == "control" && e["message"].as_str().is_some_and(|m| m.contains(" ms")))
         .map(|e| e["message"].as_str().unwrap().to_string())
         .collect()
 }
@@ -217,6 +217,10 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
     std::fs::write(rig.models.join("corrupt.gguf"), vec![0x5a; 4096]).unwrap();
     cpu_set(&sets.join("v1"), 1, "corrupt.gguf");
     cpu_set(&sets.join("v2"), 2, "tiny-llama.gguf");
+    cpu_set(&sets.join("v3"), 3, "tiny-llama.gguf");
+    let v3_profile = sets.join("v3/profiles/tiny.toml");
+    let text = std::fs::read_to_string(&v3_profile).unwrap().replace("ctx = 512", "ctx = 256");
+    std::fs::write(&v3_profile, text).unwrap();
     let tokio = tokio::runtime::Runtime::new().unwrap();
     tokio.block_on(support::publish(&sets.join("v1"), &repo, &support::PublishSpec::default()));
     let mut cmd = rig.command();
@@ -248,7 +252,10 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
     assert_eq!(engine(&rig)["profile"], "tiny-cpu-test", "previous (built-in) set active again");
     assert!(chat_works(rig.engine_port), "engine serves after the rollback");
     assert!(!rig.state.join("sets/current").exists(), "the bad set is not current");
-    wait_for("the rollback event", Duration::from_secs(10), || events(&rig).contains("rolled back"));
+    // The action ends (and frees the control plane) once the engine is back: its event says so.
+    wait_for("the rollback event", Duration::from_secs(10), || {
+        events(&rig).contains("update to v1 rolled back")
+    });
 
     tokio.block_on(support::publish(&sets.join("v2"), &repo, &support::PublishSpec::default()));
     let asked = Instant::now();
@@ -257,12 +264,32 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
     wait_for("the good set committed", READY_WITHIN, || ota(&rig)["state"]["state"] == "committed");
     eprintln!("figure: OTA apply to committed: {} ms", asked.elapsed().as_millis());
     assert_eq!(ota(&rig)["state"]["version"], 2);
-    ready_engine(&rig, Some(&back), READY_WITHIN);
+    let on_v2 = ready_engine(&rig, Some(&back), READY_WITHIN);
     assert_eq!(engine(&rig)["profile"], "tiny", "the new set's profile runs");
     assert!(chat_works(rig.engine_port));
+    let v2_set = ota(&rig)["active_set"].clone();
     let (status, body) = post(&rig, "/api/v1/ota/rollback", "");
     assert_eq!(status, 400, "nothing before the first committed set: {body}");
-    wait_for("the commit event", Duration::from_secs(10), || events(&rig).contains("committed"));
+    wait_for("the commit event", Duration::from_secs(10), || events(&rig).contains("update to v2 committed"));
+
+    // v3, then a rollback by hand through the API: back on v2, health-gated the same way.
+    tokio.block_on(support::publish(&sets.join("v3"), &repo, &support::PublishSpec::default()));
+    let (status, body) = post(&rig, "/api/v1/ota/apply", "");
+    assert_eq!(status, 202, "{body}");
+    wait_for("v3 committed", READY_WITHIN, || {
+        ota(&rig)["state"] == serde_json::json!({"state": "committed", "version": 3})
+    });
+    let on_v3 = ready_engine(&rig, Some(&on_v2), READY_WITHIN);
+    wait_for("the action to finish", Duration::from_secs(10), || {
+        post(&rig, "/api/v1/ota/rollback", "").0 == 202
+    });
+    wait_for("rolled back by hand", READY_WITHIN, || ota(&rig)["state"]["state"] == "rolled-back");
+    let state = ota(&rig);
+    assert!(state["state"]["reason"].as_str().unwrap().contains("by hand to v2"), "{state}");
+    assert_eq!(state["active_set"], v2_set, "v2 is the active set again");
+    ready_engine(&rig, Some(&on_v3), READY_WITHIN);
+    assert!(chat_works(rig.engine_port));
+    wait_for("the rollback event", Duration::from_secs(10), || events(&rig).contains("rolled back to v2"));
     eprintln!("figure (supervisor): {:?}", timed_events(&rig));
     assert!(rig.terminate(Duration::from_secs(30)).success());
 }

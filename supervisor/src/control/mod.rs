@@ -31,6 +31,8 @@ const SOURCE: &str = "control";
 /// An update the caller did not force waits at most this long for the engines to go idle
 /// (the API call has already checked they are idle, so this only covers a request racing it).
 const OTA_IDLE_WAIT: Duration = Duration::from_secs(30);
+/// How long an unforced update request waits for the engines to look idle before answering 423.
+const IDLE_GRACE: Duration = Duration::from_millis(2200);
 
 pub struct Control {
     planner: Arc<Planner>,
@@ -265,21 +267,27 @@ impl Control {
 
     async fn apply_update(&self, force: bool) -> Result<Accepted, ActionError> {
         let updater = self.updater()?;
-        let serving: Vec<String> = self.status.read(|s| {
-            s.engines
-                .values()
-                .filter(|e| {
-                    e.load.as_ref().is_some_and(|l| l.requests_processing > 0 || l.requests_deferred > 0)
-                })
-                .map(|e| e.name.clone())
-                .collect()
-        });
-        if !force && !serving.is_empty() {
+        // The load in the status is sampled once a second: a request that just ended may still
+        // show, so wait two samples for idle before refusing.
+        if !force && crate::ota::lock::wait_until_idle(&self.status, IDLE_GRACE).await.is_err() {
+            let serving: Vec<String> = self.status.read(|s| {
+                s.engines
+                    .values()
+                    .filter(|e| {
+                        e.load.as_ref().is_some_and(|l| l.requests_processing > 0 || l.requests_deferred > 0)
+                    })
+                    .map(|e| e.name.clone())
+                    .collect()
+            });
             return Err(ActionError::Locked(format!(
                 "{} serving requests; retry when idle or apply with {{\"force\": true}}",
                 serving.join(", ")
             )));
         }
+        self.start_update(updater, force)
+    }
+
+    fn start_update(&self, updater: Updater, force: bool) -> Result<Accepted, ActionError> {
         let busy = self.begin("an update")?;
         let (activator, status) = (self.activator(), self.status.clone());
         self.event(Level::Info, "update requested through the API".into());
