@@ -163,27 +163,14 @@ impl Control {
         let plan = self.planner.plan(&inputs, pins.clone(), false).await;
         let targets: Vec<&str> =
             if pin.device == "default" { devices.clone() } else { vec![pin.device.as_str()] };
+        // A `default` pin must fit every device: one it did not fit would get no engine at all
+        // (the planner honours pins strictly). Devices with their own pin keep it.
         let mut groups = Vec::new();
-        for device in &targets {
-            match eligibility(&plan, device, &pin) {
-                Ok(group) => groups.push(group),
-                Err(why) if pin.device == "default" => {
-                    // A default pin need only fit somewhere; devices it does not fit keep theirs.
-                    tracing::debug!("{why}");
-                }
-                Err(why) => return Err(ActionError::Invalid(why)),
-            }
+        for device in targets.iter().filter(|d| pin.device != "default" || !pins.contains_key(**d)) {
+            groups.push(eligibility(&plan, device, &pin).map_err(ActionError::Invalid)?);
         }
         if groups.is_empty() {
-            return Err(ActionError::Invalid(format!(
-                "profile {} fits no device: {}",
-                pin.profile,
-                targets
-                    .iter()
-                    .filter_map(|d| eligibility(&plan, d, &pin).err())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )));
+            return Err(ActionError::Invalid(format!("no device would use the {} pin", pin.device)));
         }
         let busy = self.begin(&format!("a profile switch of {}", pin.device))?;
         // Persist first: a restart of the supervisor keeps the operator's choice.
