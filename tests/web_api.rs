@@ -43,8 +43,8 @@ impl Actions for Recording {
     fn switch_profile(&self, pin: PinRequest) -> ActionFuture<'_> {
         self.answer(format!("pin {} {} {:?}", pin.device, pin.profile, pin.variant))
     }
-    fn ota_apply(&self) -> ActionFuture<'_> {
-        self.answer("ota apply".into())
+    fn ota_apply(&self, force: bool) -> ActionFuture<'_> {
+        self.answer(if force { "ota apply force".into() } else { "ota apply".into() })
     }
     fn ota_rollback(&self) -> ActionFuture<'_> {
         self.answer("ota rollback".into())
@@ -214,6 +214,12 @@ async fn state_changes_need_the_right_token() {
     assert_eq!(right.status, 202);
     assert_eq!(right.json()["message"], "ota apply accepted");
     assert_eq!(actions.calls(), ["ota apply"]);
+    // The body is optional; `force` applies even while engines serve requests.
+    let forced = server.post("/api/v1/ota/apply", &server.bearer(), r#"{"force":true}"#).await;
+    assert_eq!(forced.status, 202);
+    let typo = server.post("/api/v1/ota/apply", &server.bearer(), r#"{"forse":true}"#).await;
+    assert_eq!(typo.status, 400);
+    assert_eq!(actions.calls(), ["ota apply", "ota apply force"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

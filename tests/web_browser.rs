@@ -7,6 +7,7 @@
 //! Needs `/usr/bin/chromium`, `/usr/bin/chromedriver`, python3 with gguf (ci/make-tiny-model.py)
 //! and the engine from `ci/build-engine.sh`.
 
+mod common;
 mod web_common;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{free_port, llama_server as engine_binary, tiny_model};
 use lucebox::hardware::{self, DetectOptions, SysRoot};
 use lucebox::status::{unix_ms, EngineState, EngineStatus, Level, LoadSnapshot, StatusModel};
 use lucebox::web::{Limits, NoActions};
@@ -26,42 +28,6 @@ use web_common::{send_within, TestServer};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const ENGINE_NAME: &str = "engine-0";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The CPU engine: `$LUCEBOX_LLAMA_SERVER` (set by ci/test.sh), else what ci/build-engine.sh
-/// prints.
-fn engine_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("LUCEBOX_LLAMA_SERVER") {
-        return PathBuf::from(path);
-    }
-    let out = std::process::Command::new("bash").arg(repo().join("ci/build-engine.sh")).output().unwrap();
-    assert!(out.status.success(), "ci/build-engine.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim());
-    assert!(path.is_file(), "ci/build-engine.sh printed {path:?}, not a file");
-    path
-}
-
-/// The tiny model: `$LUCEBOX_TINY_MODEL` (set by ci/test.sh), else written by ci/make-tiny-model.py.
-fn tiny_model(dir: &Path) -> PathBuf {
-    if let Some(path) = std::env::var_os("LUCEBOX_TINY_MODEL") {
-        return PathBuf::from(path);
-    }
-    let model = dir.join("tiny.gguf");
-    let status = std::process::Command::new("python3")
-        .arg(repo().join("ci/make-tiny-model.py"))
-        .arg(&model)
-        .status()
-        .unwrap();
-    assert!(status.success(), "ci/make-tiny-model.py failed");
-    model
-}
 
 /// HTTP/1.1 request with a JSON body, answered JSON (chromedriver and llama-server both speak it).
 async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -371,29 +337,10 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
 /// supervision, the engine killed from outside and brought back, all seen in Chromium.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_served_by_lucebox_run_shows_the_engine_and_its_recovery() {
-    let work = tempfile::tempdir().unwrap();
-    let engines = work.path().join("engines");
-    std::fs::create_dir_all(engines.join("cpu/bin")).unwrap();
-    std::os::unix::fs::symlink(engine_binary(), engines.join("cpu/bin/llama-server")).unwrap();
-    let models = work.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    std::fs::copy(tiny_model(work.path()), models.join("tiny-llama.gguf")).unwrap();
-    let (engine_port, web_port) = (free_port(), free_port());
-    let web_addr: SocketAddr = ([127, 0, 0, 1], web_port).into();
-    let mut supervisor = Command::new(env!("CARGO_BIN_EXE_lucebox"))
-        .arg("run")
-        .env("LUCEBOX_CONFIG", repo().join("tests/fixtures/empty.toml"))
-        .env("LUCEBOX_STATE_DIR", work.path().join("state"))
-        .env("LUCEBOX_ENGINES_DIR", &engines)
-        .env("LUCEBOX_MODELS_DIR", &models)
-        .env("LUCEBOX_ENGINE__PORT", engine_port.to_string())
-        .env("LUCEBOX_WEB__PORT", web_port.to_string())
-        .env("LUCEBOX_RUNTIME__MODE", "process")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut rig = common::RunRig::new();
+    rig.spawn(rig.command());
+    let work = &rig.dir;
+    let web_addr: SocketAddr = ([127, 0, 0, 1], rig.web_port).into();
     wait_for_port(web_addr, Duration::from_secs(60)).await;
     let (_, devices) = call(web_addr, "GET", "/api/v1/devices", None).await;
     let device_count = devices["devices"].as_array().map(Vec::len).unwrap_or(0);
@@ -449,9 +396,6 @@ async fn page_served_by_lucebox_run_shows_the_engine_and_its_recovery() {
     assert_eq!(browser.eval("return document.getElementById('live').textContent").await, "live");
     drop(browser);
 
-    let pid = supervisor.id().expect("supervisor pid") as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let exit =
-        tokio::time::timeout(Duration::from_secs(30), supervisor.wait()).await.expect("exit after SIGTERM");
-    assert!(exit.unwrap().success());
+    let exit = tokio::task::block_in_place(|| rig.terminate(Duration::from_secs(30)));
+    assert!(exit.success(), "{exit}");
 }

@@ -1,5 +1,6 @@
-//! Configuration: built-in defaults < `/etc/lucebox/lucebox.toml` (or `--config`) < `LUCEBOX_*`
-//! environment < CLI flags. Validated once at load; unknown keys are errors that name the key.
+//! Configuration: built-in defaults < `/etc/lucebox/lucebox.toml` (or `--config`) < pins set
+//! through the web API (`<state_dir>/pins.toml`) < `LUCEBOX_*` environment < CLI flags. Validated
+//! once at load; unknown keys are errors that name the key.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,6 +12,9 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/lucebox/lucebox.toml";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/lucebox";
+/// Pins set through the web API, in the state directory; they beat the configuration file's
+/// pins (they are the operator's later word) and lose to the environment and CLI flags.
+pub const PINS_FILE: &str = "pins.toml";
 pub const DEFAULT_ENGINES_DIR: &str = "/usr/lib/lucebox/engines";
 /// Where the image installs its built-in profiles and variants manifest.
 pub const IMAGE_SHARE_DIR: &str = "/usr/share/lucebox";
@@ -113,6 +117,34 @@ pub struct Pin {
     pub variant: Option<String>,
 }
 
+/// `<state_dir>/pins.toml`: `[pin."<device id>|default"]` tables with `profile` and `variant`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinsFile {
+    #[serde(default)]
+    pub pin: BTreeMap<String, Pin>,
+}
+
+impl PinsFile {
+    /// `None` when the file does not exist; a malformed file is an error naming it and the key.
+    pub fn load(path: &Path) -> Result<Option<Self>, ConfigError> {
+        let invalid = |message: String| ConfigError::Value { key: "pin", message };
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(invalid(format!("{}: {e}", path.display()))),
+        };
+        toml::from_str(&text).map(Some).map_err(|e| invalid(format!("{}: {e}", path.display())))
+    }
+
+    /// Written atomically, so a crash leaves the old pins or the new ones.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let text = toml::to_string(self).map_err(std::io::Error::other)?;
+        let header = "# Pins set through the web API (POST /api/v1/pin); written by lucebox run.\n";
+        crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -158,6 +190,19 @@ impl Config {
     /// Loads the layered configuration. `file` replaces the default file path; a missing default
     /// file is fine, a missing named file is an error. `overrides` are the CLI flags, applied last.
     pub fn load(file: Option<&Path>, overrides: Figment) -> Result<Self, ConfigError> {
+        // The pins file lives in the state directory, which the other layers decide: a first pass
+        // finds it, a second merges it between the file and the environment.
+        let config = Self::layered(file, None, overrides.clone())?;
+        let pins_path = config.state_dir.join(PINS_FILE);
+        let config = match PinsFile::load(&pins_path)? {
+            Some(pins) => Self::layered(file, Some(pins), overrides)?,
+            None => config,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn layered(file: Option<&Path>, pins: Option<PinsFile>, overrides: Figment) -> Result<Self, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         match file {
             Some(path) => {
@@ -171,12 +216,13 @@ impl Config {
             }
             None => figment = figment.merge(Toml::file(DEFAULT_CONFIG_FILE)),
         }
-        let config: Config = figment
+        if let Some(pins) = pins {
+            figment = figment.merge(Serialized::defaults(pins));
+        }
+        Ok(figment
             .merge(Env::prefixed("LUCEBOX_").filter(|key| is_config_key(key.as_str())).split("__"))
             .merge(overrides)
-            .extract()?;
-        config.validate()?;
-        Ok(config)
+            .extract()?)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -311,6 +357,36 @@ mod tests {
             jail.create_file("lucebox.toml", "[web]\nprot = 9000\n")?;
             let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err();
             assert!(err.to_string().contains("prot"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn state_pins_beat_the_file_and_lose_to_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            let state = jail.directory().join("state");
+            jail.create_file(
+                "lucebox.toml",
+                &format!(
+                    "state_dir = {:?}\n[pin.cpu]\nprofile = \"from-file\"\n[pin.default]\nprofile = \"d\"\n",
+                    state
+                ),
+            )?;
+            let mut pins = PinsFile::default();
+            pins.pin.insert("cpu".into(), Pin { profile: Some("from-api".into()), variant: None });
+            pins.save(&state.join(PINS_FILE)).map_err(|e| e.to_string())?;
+            let config =
+                Config::load(Some(Path::new("lucebox.toml")), Figment::new()).map_err(|e| e.to_string())?;
+            assert_eq!(config.pin["cpu"].profile.as_deref(), Some("from-api"));
+            assert_eq!(config.pin["default"].profile.as_deref(), Some("d"), "other file pins stay");
+            jail.set_env("LUCEBOX_PIN__CPU__PROFILE", "from-env");
+            let config =
+                Config::load(Some(Path::new("lucebox.toml")), Figment::new()).map_err(|e| e.to_string())?;
+            assert_eq!(config.pin["cpu"].profile.as_deref(), Some("from-env"));
+            std::fs::write(state.join(PINS_FILE), "[pin.cpu]\nprofle = \"x\"\n")
+                .map_err(|e| e.to_string())?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("pins.toml") && err.contains("profle"), "{err}");
             Ok(())
         });
     }

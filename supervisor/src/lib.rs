@@ -7,6 +7,7 @@
 
 pub mod appliance;
 pub mod config;
+pub mod control;
 pub mod fsutil;
 pub mod hardware;
 pub mod hooks;

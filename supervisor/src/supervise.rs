@@ -9,9 +9,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::control::{Control, EngineSet, Planner};
 use crate::hardware::{self, DetectOptions, Detection, SysRoot};
-use crate::plan::inputs::{InputError, PlanInputs};
-use crate::plan::{self, Plan};
+use crate::plan::inputs::InputError;
+use crate::plan::Plan;
 use crate::status::{Level, StatusModel};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,20 +49,33 @@ pub async fn run(
         status.event("ota", Level::Error, format!("recovering the update state: {e}"));
     }
     let detection = detect(&root, &options, &status).await;
-    let plan = make_plan(&config, &root, &detection, &options, &status).await?;
+    let smoke = !options.no_smoke && root.is_live();
+    let gpu_access = docker_gpu_access(&config, &root, &status).await;
+    let planner = Arc::new(
+        Planner::new(config.clone(), detection.clone(), smoke, status.clone()).with_gpu_access(gpu_access),
+    );
+    let inputs = planner.inputs(None)?;
+    let plan = planner.plan(&inputs, planner.pins(), true).await;
+    planner.publish(&plan);
 
     let mut parts = JoinSet::new();
     let web_cancel = cancel.child_token();
+    let engines_cancel = cancel.child_token();
+    // The runtime is resolved (dockerd connected) before the web starts, so every action the web
+    // takes has engines to act on.
+    let spawn = crate::runtime::supervisor_spawner(&config, status.clone()).await?;
+    let engines = Arc::new(EngineSet::new(spawn, status.clone(), engines_cancel.clone()));
+    let fans = crate::thermal::FanOverrides::default();
     {
         let (config, status, cancel) = (config.clone(), status.clone(), web_cancel.clone());
-        let actions: Arc<dyn crate::web::Actions> = Arc::new(crate::web::NoActions);
+        let actions: Arc<dyn crate::web::Actions> =
+            Arc::new(Control::new(planner.clone(), engines.clone(), fans.clone(), status.clone()));
         parts.spawn(async move {
             crate::web::serve(&config, status, actions, cancel).await.map_err(SuperviseError::from)
         });
     }
 
     // The engines' queues feed the fan controllers of their devices.
-    let engines_cancel = cancel.child_token();
     let loads = crate::runtime::load_signals(&plan, &engines_cancel);
     for group in &plan.groups {
         let devices: Vec<_> =
@@ -70,11 +84,12 @@ pub async fn run(
         parts.spawn(publish_load(group.name.clone(), load.clone(), status.clone(), engines_cancel.clone()));
         let (root, state_dir, status, cancel) =
             (root.clone(), config.state_dir.join("thermal"), status.clone(), engines_cancel.clone());
-        let nvml_lib = options.nvml_lib.clone();
+        let (nvml_lib, overrides) = (options.nvml_lib.clone(), fans.clone());
         parts.spawn(async move {
             let control = crate::thermal::ControlConfig {
                 hook: crate::hooks::installed_board_dir(&root),
                 nvml_lib: nvml_lib.clone(),
+                overrides,
                 ..crate::thermal::ControlConfig::default()
             };
             crate::thermal::control_loop_with(control, devices, root, state_dir, load, status, cancel).await;
@@ -84,19 +99,23 @@ pub async fn run(
     notify_systemd_ready(&plan, &status);
     parts.spawn(watchdog_pings(engines_cancel.clone()));
 
-    let result = if plan.groups.is_empty() {
+    let started = if plan.groups.is_empty() {
         status.event("plan", Level::Error, "no engine can run on this machine; the status page explains why");
-        cancel.cancelled().await;
         Ok(())
     } else {
-        crate::runtime::run_plan(&plan, &config, status.clone(), engines_cancel.clone())
-            .await
-            .map_err(Into::into)
+        engines.replace(&plan).await.map(drop)
+    };
+    let result = match started {
+        Ok(()) => {
+            cancel.cancelled().await;
+            engines.stop_all().await
+        }
+        Err(e) => Err(e),
     };
     // Engines are down (or never started): stop fan control and the web, and wait for them.
     engines_cancel.cancel();
     web_cancel.cancel();
-    let mut first_error = result.err();
+    let mut first_error = result.err().map(SuperviseError::from);
     while let Some(joined) = parts.join_next().await {
         if let Ok(Err(e)) = joined {
             first_error.get_or_insert(e);
@@ -123,62 +142,6 @@ async fn detect(root: &SysRoot, options: &RunOptions, status: &StatusModel) -> D
     status.event("hardware", Level::Info, format!("found {}", summary.join(", ")));
     status.update(|s| s.hardware = Some(detection.clone()));
     detection
-}
-
-async fn make_plan(
-    config: &Config,
-    root: &SysRoot,
-    detection: &Detection,
-    options: &RunOptions,
-    status: &StatusModel,
-) -> Result<Plan, SuperviseError> {
-    let inputs = PlanInputs::load(config, None, None)?;
-    let settings = inputs.settings(config, None, true);
-    let gpu_access = docker_gpu_access(config, root, status).await;
-    let mut for_planning = detection.clone();
-    if let Some(access) = &gpu_access {
-        for device in access.restrict(&mut for_planning) {
-            status.event(
-                "plan",
-                Level::Warn,
-                format!("{device}: {}", crate::runtime::gpu_access::NVIDIA_TOOLKIT_FIX),
-            );
-        }
-    }
-    let detection = &for_planning;
-    let mut plan = plan::make_plan(detection, &inputs.manifest, &inputs.profiles, &settings);
-    if let Some(access) = &gpu_access {
-        access.apply_to_plan(&mut plan);
-    }
-    if !options.no_smoke && root.is_live() {
-        let (smoke, detection) = (inputs.smoke_settings(config), detection.clone());
-        plan = tokio::task::spawn_blocking(move || {
-            plan::smoke::prove(&mut plan, &detection, &smoke);
-            plan
-        })
-        .await
-        .unwrap_or_default();
-    }
-    for group in &plan.groups {
-        status.event(
-            "plan",
-            Level::Info,
-            format!(
-                "{}: {} build with profile {} on {} (port {}; {})",
-                group.name,
-                group.choice.variant,
-                group.choice.profile,
-                group.devices.join(", "),
-                group.choice.launch.port,
-                group.candidates.iter().find(|c| c.accepted).map(|c| c.reason.as_str()).unwrap_or("")
-            ),
-        );
-    }
-    for unplanned in &plan.unplanned {
-        status.event("plan", Level::Warn, format!("{}: no engine: {}", unplanned.device, unplanned.reason));
-    }
-    status.update(|s| s.plan = Some(plan.clone()));
-    Ok(plan)
 }
 
 /// What dockerd can give engine containers in the way of NVIDIA GPUs, when engines run there.

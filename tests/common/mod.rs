@@ -66,3 +66,160 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The CPU llama-server: `$LUCEBOX_LLAMA_SERVER` (set by ci/test.sh), else what
+/// `ci/build-engine.sh` prints (it builds when missing).
+pub fn llama_server() -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_LLAMA_SERVER") {
+        return PathBuf::from(path);
+    }
+    let out = Command::new("bash").arg(repo_root().join("ci/build-engine.sh")).output().unwrap();
+    assert!(out.status.success(), "ci/build-engine.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim());
+    assert!(path.is_file(), "ci/build-engine.sh printed {path:?}, not a file");
+    path
+}
+
+/// The tiny model: `$LUCEBOX_TINY_MODEL` (set by ci/test.sh), else written into `dir` by
+/// ci/make-tiny-model.py.
+pub fn tiny_model(dir: &Path) -> PathBuf {
+    if let Some(path) = std::env::var_os("LUCEBOX_TINY_MODEL") {
+        return PathBuf::from(path);
+    }
+    let model = dir.join("tiny.gguf");
+    let status =
+        Command::new("python3").arg(repo_root().join("ci/make-tiny-model.py")).arg(&model).status().unwrap();
+    assert!(status.success(), "ci/make-tiny-model.py failed");
+    model
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A real `lucebox run` in a temporary directory: the CPU llama-server as the `cpu` engine build,
+/// the tiny model as `tiny-llama.gguf`, free engine and web ports, the process runtime. Create it,
+/// add files or environment, then [`RunRig::spawn`]; the supervisor is killed on drop.
+pub struct RunRig {
+    pub dir: tempfile::TempDir,
+    pub engines: PathBuf,
+    pub models: PathBuf,
+    pub state: PathBuf,
+    pub engine_port: u16,
+    pub web_port: u16,
+    pub child: Option<std::process::Child>,
+}
+
+impl RunRig {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let engines = dir.path().join("engines");
+        std::fs::create_dir_all(engines.join("cpu/bin")).unwrap();
+        std::os::unix::fs::symlink(llama_server(), engines.join("cpu/bin/llama-server")).unwrap();
+        let models = dir.path().join("models");
+        std::fs::create_dir_all(&models).unwrap();
+        std::fs::copy(tiny_model(dir.path()), models.join("tiny-llama.gguf")).unwrap();
+        let state = dir.path().join("state");
+        Self { dir, engines, models, state, engine_port: free_port(), web_port: free_port(), child: None }
+    }
+
+    /// `lucebox run` with this rig's directories and ports; add to it before spawning.
+    pub fn command(&self) -> Command {
+        let mut cmd = lucebox();
+        cmd.arg("run")
+            .env("LUCEBOX_STATE_DIR", &self.state)
+            .env("LUCEBOX_ENGINES_DIR", &self.engines)
+            .env("LUCEBOX_MODELS_DIR", &self.models)
+            .env("LUCEBOX_ENGINE__PORT", self.engine_port.to_string())
+            .env("LUCEBOX_WEB__PORT", self.web_port.to_string())
+            .env("LUCEBOX_RUNTIME__MODE", "process")
+            .stdin(std::process::Stdio::null());
+        match std::env::var_os("LUCEBOX_TEST_RUN_LOG") {
+            // Keep the supervisor's log when asked (debugging a failing run).
+            Some(log) => {
+                let file = std::fs::File::create(log).unwrap();
+                cmd.stdout(std::process::Stdio::null()).stderr(file);
+            }
+            None => {
+                cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+            }
+        }
+        cmd
+    }
+
+    pub fn spawn(&mut self, mut cmd: Command) {
+        self.child = Some(cmd.spawn().expect("spawn lucebox run"));
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("spawned").id() as i32
+    }
+
+    /// SIGTERM, then waits up to `within` for the exit.
+    pub fn terminate(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("spawned");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(exit) = child.try_wait().unwrap() {
+                self.child = None;
+                return exit;
+            }
+            assert!(std::time::Instant::now() < deadline, "supervisor did not exit after SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Default for RunRig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for RunRig {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 exchange on loopback with extra header lines (each ending in `\r\n`);
+/// returns (status, body), or `None` when nothing answers.
+pub fn http_with(port: u16, method: &str, path: &str, headers: &str, body: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((status, body))
+}
+
+pub fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    http_with(port, method, path, "", body)
+}
+
+/// Polls `check` every 100 ms; panics naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}

@@ -13,7 +13,7 @@ pub type ActivationFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Activatio
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ActivationError {
-    #[error("engine {engine} not healthy within {allowance:?}: {detail}")]
+    #[error("engine {engine} not healthy (startup allowance {allowance:?}): {detail}")]
     Unhealthy { engine: String, allowance: Duration, detail: String },
     #[error("planning from the new set failed: {0}")]
     Plan(String),
@@ -25,6 +25,12 @@ pub enum ActivationError {
 pub trait Activator: Send + Sync {
     /// `set_dir` is the content-addressed directory of the set (`sets/current` points at it).
     fn activate<'a>(&'a self, set_dir: &'a Path) -> ActivationFuture<'a>;
+
+    /// Restarts the engines on the image's built-in profiles: after the first update of a box
+    /// (no committed set to go back to) failed its gate. Gates that run nothing need not.
+    fn activate_builtin(&self) -> ActivationFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Runs `program <set_dir>`; exit status 0 within `allowance` means healthy. Lets an operator

@@ -248,10 +248,12 @@ impl Updater {
                     format!("set v{} unhealthy, rolling back: {reason}", candidate.version),
                 );
                 restore_committed(&store, &mut record, &self.paths, &self.status, reason.clone())?;
-                if let Some(old) = record.committed.clone() {
-                    if let Err(restore) = activator.activate(&store.set_dir(&old.sha256)).await {
-                        return Err(OtaError::RestoreFailed { reason, restore });
-                    }
+                let restored = match record.committed.clone() {
+                    Some(old) => activator.activate(&store.set_dir(&old.sha256)).await,
+                    None => activator.activate_builtin().await,
+                };
+                if let Err(restore) = restored {
+                    return Err(OtaError::RestoreFailed { reason, restore });
                 }
                 Ok(ApplyOutcome::RolledBack { version: candidate.version, reason })
             }

@@ -20,7 +20,7 @@ use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RuntimeMode};
-use crate::plan::Plan;
+use crate::plan::{GroupPlan, Plan};
 use crate::status::StatusModel;
 
 pub use docker::{ContainerLimits, DockerRuntime};
@@ -29,7 +29,7 @@ pub use exit::Exit;
 pub use load::load_signals;
 pub use policy::{HealthPolicy, RestartPolicy, SupervisionPolicy};
 pub use process::ProcessRuntime;
-pub use supervisor::Supervisor;
+pub use supervisor::{Supervisor, DEFAULT_STARTUP_ALLOWANCE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -113,6 +113,42 @@ pub async fn run_plan(
     }
 }
 
+/// Starts one engine's supervision loop as a task on the runtime `lucebox run` resolved once at
+/// start, so callers that restart single engines (the web API's actions, an OTA activation)
+/// need not know whether engines are processes or containers.
+pub type SpawnSupervisor = std::sync::Arc<
+    dyn Fn(GroupPlan, CancellationToken) -> tokio::task::JoinHandle<Result<(), RuntimeError>> + Send + Sync,
+>;
+
+/// Resolves the runtime from the configuration (connecting to dockerd in Docker mode) and returns
+/// a [`SpawnSupervisor`] for it with the default policy.
+pub async fn supervisor_spawner(
+    config: &Config,
+    status: StatusModel,
+) -> Result<SpawnSupervisor, RuntimeError> {
+    let policy = SupervisionPolicy::default();
+    match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
+        ResolvedMode::Process => Ok(spawner(ProcessRuntime::new(), policy, status)),
+        ResolvedMode::Docker => {
+            let runtime = DockerRuntime::connect(
+                &config.runtime.docker_socket,
+                &config.runtime.engine_image,
+                ContainerLimits::for_this_host(),
+            )
+            .await?;
+            Ok(spawner(runtime, policy, status))
+        }
+    }
+}
+
+fn spawner<R: EngineRuntime>(runtime: R, policy: SupervisionPolicy, status: StatusModel) -> SpawnSupervisor {
+    let runtime = std::sync::Arc::new(runtime);
+    std::sync::Arc::new(move |group: GroupPlan, cancel: CancellationToken| {
+        let supervisor = Supervisor::new(runtime.clone(), group, policy.clone(), status.clone(), cancel);
+        tokio::spawn(supervisor.run())
+    })
+}
+
 /// Runs `plan` on a given runtime with a given policy (benchmarks and tests pick both).
 pub async fn run_with<R: EngineRuntime>(
     runtime: R,
@@ -147,7 +183,8 @@ pub async fn run_with<R: EngineRuntime>(
     first_error.map_or(Ok(()), Err)
 }
 
-fn validate_plan(plan: &Plan) -> Result<(), RuntimeError> {
+/// Names and ports unique, launches complete: what every runtime relies on.
+pub fn validate_plan(plan: &Plan) -> Result<(), RuntimeError> {
     let mut names = std::collections::BTreeSet::new();
     let mut ports = std::collections::BTreeSet::new();
     for group in &plan.groups {

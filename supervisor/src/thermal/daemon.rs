@@ -32,7 +32,41 @@ pub struct ControlConfig {
     pub refresh: Duration,
     /// How often the learned model is saved.
     pub save_every: Duration,
+    /// Operator fan-mode overrides (the web API's fan-mode action), read every tick.
+    pub overrides: FanOverrides,
 }
+
+/// A fan mode an operator asks for instead of the learned controller. Both are safe states; the
+/// safety layer's full speed still wins over firmware auto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanOverride {
+    FirmwareAuto,
+    FullSpeed,
+}
+
+/// Shared per-device overrides; no entry means the predictive controller drives the fan.
+#[derive(Debug, Clone, Default)]
+pub struct FanOverrides {
+    inner: std::sync::Arc<Mutex<std::collections::BTreeMap<String, FanOverride>>>,
+}
+
+impl FanOverrides {
+    /// `None` hands the device back to the predictive controller.
+    pub fn set(&self, device: &str, mode: Option<FanOverride>) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match mode {
+            Some(mode) => map.insert(device.to_string(), mode),
+            None => map.remove(device),
+        };
+    }
+
+    pub fn get(&self, device: &str) -> Option<FanOverride> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).get(device).copied()
+    }
+}
+
+/// The reason shown in events when an operator override drives the fan.
+const OPERATOR: &str = "operator override";
 
 impl Default for ControlConfig {
     fn default() -> Self {
@@ -43,6 +77,7 @@ impl Default for ControlConfig {
             rewrite_below_pct: 1.0,
             refresh: Duration::from_secs(30),
             save_every: Duration::from_secs(300),
+            overrides: FanOverrides::default(),
         }
     }
 }
@@ -139,12 +174,19 @@ impl DeviceLoop {
         config: &ControlConfig,
     ) -> ThermalStatus {
         let reading = self.sensors.read();
-        let verdict = self.safety.judge(&reading);
+        // An operator's safe mode replaces the controller; the safety layer's full speed still wins.
+        let verdict = match (config.overrides.get(&self.id), self.safety.judge(&reading)) {
+            (_, full @ Verdict::FullSpeed(_)) => full,
+            (Some(FanOverride::FullSpeed), _) => Verdict::FullSpeed(OPERATOR.into()),
+            (Some(FanOverride::FirmwareAuto), auto @ Verdict::FirmwareAuto(_)) => auto,
+            (Some(FanOverride::FirmwareAuto), _) => Verdict::FirmwareAuto(OPERATOR.into()),
+            (None, verdict) => verdict,
+        };
         let mut safety = None;
         if self.mode != Some(Mode::Failed) {
             match &verdict {
                 Verdict::FirmwareAuto(why) => {
-                    safety = Some(why.clone());
+                    safety = (why != OPERATOR).then(|| why.clone());
                     if self.mode != Some(Mode::FirmwareAuto) {
                         status.event("thermal", Level::Warn, format!("{}: {why}; firmware auto", self.id));
                         match self.actuator.restore_auto() {
@@ -155,7 +197,7 @@ impl DeviceLoop {
                     }
                 }
                 Verdict::FullSpeed(why) => {
-                    safety = Some(why.clone());
+                    safety = (why != OPERATOR).then(|| why.clone());
                     if self.mode != Some(Mode::FullSpeed) {
                         status.event("thermal", Level::Warn, format!("{}: {why}; full speed", self.id));
                         match self.actuator.full_speed() {

@@ -17,7 +17,7 @@ pub mod sensors;
 pub mod sim;
 pub mod trace;
 
-pub use daemon::{control_loop, control_loop_with, ControlConfig};
+pub use daemon::{control_loop, control_loop_with, ControlConfig, FanOverride, FanOverrides};
 
 use std::path::PathBuf;
 

@@ -41,6 +41,15 @@ pub struct PinRequest {
     pub variant: Option<String>,
 }
 
+/// Body of `POST /api/v1/ota/apply` (optional: an empty body means `{"force": false}`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OtaApplyRequest {
+    /// Apply even while engines serve requests (otherwise that answers 423).
+    #[serde(default)]
+    pub force: bool,
+}
+
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FanMode {
@@ -56,7 +65,7 @@ pub enum FanMode {
 pub trait Actions: Send + Sync {
     fn restart_engine(&self, engine: String) -> ActionFuture<'_>;
     fn switch_profile(&self, pin: PinRequest) -> ActionFuture<'_>;
-    fn ota_apply(&self) -> ActionFuture<'_>;
+    fn ota_apply(&self, force: bool) -> ActionFuture<'_>;
     fn ota_rollback(&self) -> ActionFuture<'_>;
     fn set_fan_mode(&self, device: String, mode: FanMode) -> ActionFuture<'_>;
 }
@@ -77,7 +86,7 @@ impl Actions for NoActions {
     fn switch_profile(&self, _pin: PinRequest) -> ActionFuture<'_> {
         not_implemented("switching the profile")
     }
-    fn ota_apply(&self) -> ActionFuture<'_> {
+    fn ota_apply(&self, _force: bool) -> ActionFuture<'_> {
         not_implemented("applying an update")
     }
     fn ota_rollback(&self) -> ActionFuture<'_> {

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use actions::{Accepted, ActionError, ActionFuture, Actions, FanMode, NoActions, PinRequest};
+pub use actions::{
+    Accepted, ActionError, ActionFuture, Actions, FanMode, NoActions, OtaApplyRequest, PinRequest,
+};
 pub use guard::AllowedHosts;
 pub use server::Limits;
 pub use token::{ApiToken, TokenError, TOKEN_FILE};

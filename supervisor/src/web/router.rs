@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::actions::{Actions, FanMode, PinRequest};
+use super::actions::{Actions, FanMode, OtaApplyRequest, PinRequest};
 use super::guard::{check_bearer, check_host_and_origin};
 use super::history::History;
 use super::response::{bytes_response, json, ApiError, Body, JSON};
@@ -165,7 +165,10 @@ impl App {
                 let pin: PinRequest = self.body(request).await?;
                 actions.switch_profile(pin).await
             }
-            ["ota", "apply"] => actions.ota_apply().await,
+            ["ota", "apply"] => {
+                let OtaApplyRequest { force } = self.body_or_default(request).await?;
+                actions.ota_apply(force).await
+            }
             ["ota", "rollback"] => actions.ota_rollback().await,
             ["thermal", device, "fan-mode"] if !device.is_empty() => {
                 let FanModeRequest { mode } = self.body(request).await?;
@@ -179,6 +182,25 @@ impl App {
 
     /// Reads and parses a JSON body of at most `limits.max_body_bytes`.
     async fn body<T: DeserializeOwned>(&self, request: Request<Incoming>) -> Result<T, ApiError> {
+        let bytes = self.body_bytes(request).await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON for this action: {e}")))
+    }
+
+    /// Like [`Self::body`], where an empty body means the defaults.
+    async fn body_or_default<T: DeserializeOwned + Default>(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<T, ApiError> {
+        let bytes = self.body_bytes(request).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON for this action: {e}")))
+    }
+
+    async fn body_bytes(&self, request: Request<Incoming>) -> Result<Bytes, ApiError> {
         let limit = self.settings.limits.max_body_bytes;
         let too_large = || ApiError::too_large(format!("request bodies are limited to {limit} bytes"));
         let declared =
@@ -200,8 +222,7 @@ impl App {
             Ok(Err(e)) => return Err(ApiError::bad_request(format!("reading the body: {e}"))),
             Ok(Ok(collected)) => collected.to_bytes(),
         };
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON for this action: {e}")))
+        Ok(bytes)
     }
 }
 
