@@ -166,6 +166,27 @@ impl DeviceLoop {
         self.mode = Some(Mode::Failed);
     }
 
+    /// Hands the fan to firmware auto or full speed once, on entering that mode.
+    fn enter_safe_mode(&mut self, mode: Mode, why: &str, status: &StatusModel) {
+        if self.mode == Some(mode) {
+            return;
+        }
+        status.event(
+            "thermal",
+            Level::Warn,
+            format!("{}: {why}; {}", self.id, mode.name().replace('-', " ")),
+        );
+        let written = match mode {
+            Mode::FullSpeed => self.actuator.full_speed(),
+            _ => self.actuator.restore_auto(),
+        };
+        match written {
+            Ok(()) => self.mode = Some(mode),
+            Err(e) => self.fall_back(status, e.to_string()),
+        }
+        self.last_duty = None;
+    }
+
     fn tick(
         &mut self,
         t_s: f64,
@@ -187,25 +208,11 @@ impl DeviceLoop {
             match &verdict {
                 Verdict::FirmwareAuto(why) => {
                     safety = (why != OPERATOR).then(|| why.clone());
-                    if self.mode != Some(Mode::FirmwareAuto) {
-                        status.event("thermal", Level::Warn, format!("{}: {why}; firmware auto", self.id));
-                        match self.actuator.restore_auto() {
-                            Ok(()) => self.mode = Some(Mode::FirmwareAuto),
-                            Err(e) => self.fall_back(status, e.to_string()),
-                        }
-                        self.last_duty = None;
-                    }
+                    self.enter_safe_mode(Mode::FirmwareAuto, why, status);
                 }
                 Verdict::FullSpeed(why) => {
                     safety = (why != OPERATOR).then(|| why.clone());
-                    if self.mode != Some(Mode::FullSpeed) {
-                        status.event("thermal", Level::Warn, format!("{}: {why}; full speed", self.id));
-                        match self.actuator.full_speed() {
-                            Ok(()) => self.mode = Some(Mode::FullSpeed),
-                            Err(e) => self.fall_back(status, e.to_string()),
-                        }
-                        self.last_duty = None;
-                    }
+                    self.enter_safe_mode(Mode::FullSpeed, why, status);
                 }
                 Verdict::Control { floor_pct } => {
                     if let Ok(r) = &reading {
