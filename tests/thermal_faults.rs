@@ -2,11 +2,14 @@
 //! safe state (firmware auto, or full speed at the limit), checked on the tree itself. The loop
 //! runs at 50 Hz here so the tests stay short; checks wait for the state rather than count ticks.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use lucebox::hardware::{Device, SysRoot, Telemetry, Vendor};
+use common::thermal::{amd_hwmon_device, DEV};
+use lucebox::hardware::SysRoot;
 use lucebox::status::StatusModel;
 use lucebox::thermal::{control_loop_with, ControlConfig};
 use tokio_util::sync::CancellationToken;
@@ -15,8 +18,6 @@ use tokio_util::sync::CancellationToken;
 const PERIOD: Duration = Duration::from_millis(20);
 /// Longest wait for an expected state (a loaded CI machine may run few ticks).
 const PATIENCE: Duration = Duration::from_secs(20);
-
-const DEV: &str = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0";
 
 struct Rig {
     _dir: tempfile::TempDir,
@@ -35,25 +36,7 @@ impl Rig {
         assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
         let root = dir.path().join(name);
         let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
-        let device = Device {
-            id: "0000:03:00.0".into(),
-            vendor: Vendor::Amd,
-            model: "test".into(),
-            pci_id: None,
-            arch: Some(arch.into()),
-            integrated: false,
-            memory: Default::default(),
-            driver: Default::default(),
-            sources: Vec::new(),
-            accessible: true,
-            warnings: Vec::new(),
-            uid: Some("serial1".into()),
-            telemetry: Telemetry {
-                sysfs_path: Some(DEV.into()),
-                hwmon_path: Some(hwmon_rel.clone()),
-                ..Default::default()
-            },
-        };
+        let device = amd_hwmon_device(arch, &hwmon_rel);
         let state = tempfile::tempdir().unwrap();
         let status = StatusModel::new();
         let cancel = CancellationToken::new();

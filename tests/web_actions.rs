@@ -299,12 +299,11 @@ mod fan {
     use std::process::Command;
     use std::time::Duration;
 
-    use lucebox::hardware::{Device, SysRoot, Telemetry, Vendor};
+    use super::common::thermal::{amd_hwmon_device, DEV};
+    use lucebox::hardware::SysRoot;
     use lucebox::status::StatusModel;
     use lucebox::thermal::{control_loop_with, ControlConfig, FanOverride, FanOverrides};
     use tokio_util::sync::CancellationToken;
-
-    const DEV: &str = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0";
 
     async fn until(what: &str, mut check: impl FnMut() -> bool) {
         let start = std::time::Instant::now();
@@ -321,25 +320,7 @@ mod fan {
         assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
         let root = dir.path().join("rx6800-hwmon");
         let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
-        let device = Device {
-            id: "0000:03:00.0".into(),
-            vendor: Vendor::Amd,
-            model: "test".into(),
-            pci_id: None,
-            arch: Some("gfx1030".into()),
-            integrated: false,
-            memory: Default::default(),
-            driver: Default::default(),
-            sources: Vec::new(),
-            accessible: true,
-            warnings: Vec::new(),
-            uid: Some("serial1".into()),
-            telemetry: Telemetry {
-                sysfs_path: Some(DEV.into()),
-                hwmon_path: Some(hwmon_rel.clone()),
-                ..Default::default()
-            },
-        };
+        let device = amd_hwmon_device("gfx1030", &hwmon_rel);
         let (state, status, cancel) =
             (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
         let overrides = FanOverrides::default();

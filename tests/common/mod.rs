@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests in this folder.
 #![allow(dead_code)]
 
+pub mod thermal;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -110,6 +110,12 @@ impl EngineSet {
 
     /// Waits until every started engine is ready. Fails on the first run that ends (exit, crash
     /// loop, startup allowance spent), naming the engine and why.
+    /// Restarts one engine and waits until it is ready; the error in words for an event.
+    pub async fn restart_until_ready(&self, group: GroupPlan) -> Result<(), String> {
+        let started = self.restart(group).await.map_err(|e| e.to_string())?;
+        self.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
+    }
+
     pub async fn wait_ready(&self, started: &[Started]) -> Result<(), ActivationError> {
         let mut changes = self.status.subscribe();
         let begun = Instant::now();

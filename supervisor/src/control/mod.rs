@@ -110,12 +110,7 @@ impl Control {
             let _busy = busy;
             let begun = Instant::now();
             let name = group.name.clone();
-            let outcome = match engines.restart(group).await {
-                Ok(started) => {
-                    engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            };
+            let outcome = engines.restart_until_ready(group).await;
             match outcome {
                 Ok(()) => status.event(
                     SOURCE,
@@ -203,12 +198,7 @@ impl Control {
             let begun = Instant::now();
             for group in groups {
                 let name = group.name.clone();
-                let outcome = match engines.restart(group).await {
-                    Ok(started) => {
-                        engines.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
+                let outcome = engines.restart_until_ready(group).await;
                 match outcome {
                     Ok(()) => status.event(
                         SOURCE,

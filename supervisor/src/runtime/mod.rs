@@ -90,27 +90,23 @@ pub fn in_container() -> bool {
     Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists()
 }
 
-/// Runs every group of `plan` until `cancel` fires, then stops the engines with their grace
-/// period. Returns once nothing is left running.
+/// Runs every group of `plan` on the configured runtime until `cancel` fires, then stops the
+/// engines with their grace period. Returns once nothing is left running.
 pub async fn run_plan(
     plan: &Plan,
     config: &Config,
     status: StatusModel,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
-    let policy = SupervisionPolicy::default();
-    match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
-        ResolvedMode::Process => run_with(ProcessRuntime::new(), plan, policy, status, cancel).await,
-        ResolvedMode::Docker => {
-            let runtime = DockerRuntime::connect(
-                &config.runtime.docker_socket,
-                &config.runtime.engine_image,
-                ContainerLimits::for_this_host(),
-            )
-            .await?;
-            run_with(runtime, plan, policy, status, cancel).await
-        }
+    validate_plan(plan)?;
+    status.update(|s| s.plan = Some(plan.clone()));
+    let spawn = supervisor_spawner(config, status).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for group in &plan.groups {
+        let handle = spawn(group.clone(), cancel.child_token());
+        tasks.spawn(async move { handle.await.unwrap_or_else(|e| Err(task_failed(e))) });
     }
+    join_supervisors(tasks, &cancel).await
 }
 
 /// Starts one engine's supervision loop as a task on the runtime `lucebox run` resolved once at
@@ -171,10 +167,21 @@ pub async fn run_with<R: EngineRuntime>(
         );
         tasks.spawn(supervisor.run());
     }
+    join_supervisors(tasks, &cancel).await
+}
+
+fn task_failed(e: tokio::task::JoinError) -> RuntimeError {
+    RuntimeError::Task { engine: "?".into(), message: e.to_string() }
+}
+
+/// Waits for every supervision loop; the first that fails for good cancels the others.
+async fn join_supervisors(
+    mut tasks: tokio::task::JoinSet<Result<(), RuntimeError>>,
+    cancel: &CancellationToken,
+) -> Result<(), RuntimeError> {
     let mut first_error = None;
     while let Some(joined) = tasks.join_next().await {
-        let result = joined.map_err(|e| RuntimeError::Task { engine: "?".into(), message: e.to_string() });
-        if let Err(err) = result.and_then(|r| r) {
+        if let Err(err) = joined.map_err(task_failed).and_then(|r| r) {
             // One engine failing for good must not leave the others running unsupervised.
             cancel.cancel();
             first_error.get_or_insert(err);
