@@ -273,7 +273,11 @@ async fn a_rotated_root_is_followed_and_the_old_key_stops_counting() {
     expected.sort();
     signed_by.sort();
     assert_eq!(signed_by, expected, "root v2 is signed by the old and the new key");
-    assert_eq!(signers(&s.www.join("rotated/metadata/timestamp.json")), v2_ids, "release signed by the new key");
+    assert_eq!(
+        signers(&s.www.join("rotated/metadata/timestamp.json")),
+        v2_ids,
+        "release signed by the new key"
+    );
 
     let outcome = s.apply("rotated").await.unwrap();
     assert!(matches!(outcome, ApplyOutcome::Committed { version: 2, .. }), "{outcome:?}");

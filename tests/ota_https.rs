@@ -61,7 +61,9 @@ impl Scenario {
     }
 
     async fn apply(&self, source: &str, ca_file: Option<&Path>) -> Result<ApplyOutcome, OtaError> {
-        self.updater(source, ca_file).apply(&Healthy, ApplyOptions { force: true, ..Default::default() }).await
+        self.updater(source, ca_file)
+            .apply(&Healthy, ApplyOptions { force: true, ..Default::default() })
+            .await
     }
 
     /// Publishes set `version` into `www/<repo>`, a copy of `www/repo`.
@@ -229,9 +231,8 @@ async fn ten_mib_set_verify_and_install_over_https() {
     let source = RepoSource::parse(&server.url("")).unwrap();
     let http = HttpClient::new(Default::default(), Some(&ca)).unwrap();
     let started = Instant::now();
-    let https = lucebox::ota::bench::measure(&prepared, source, http, &tmp.path().join("state-https"))
-        .await
-        .unwrap();
+    let https =
+        lucebox::ota::bench::measure(&prepared, source, http, &tmp.path().join("state-https")).await.unwrap();
     let https_total = started.elapsed();
     let source = RepoSource::parse(&prepared.repo_dir.to_string_lossy()).unwrap();
     let http = HttpClient::new(Default::default(), None).unwrap();

@@ -37,7 +37,9 @@ async fn a_cut_download_resumes_with_range_and_verifies() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_c = seen.clone();
     let path = store
-        .pull(&HttpClient::new(Default::default(), None).unwrap(), &m, &move |p| seen_c.lock().unwrap().push(p.percent()))
+        .pull(&HttpClient::new(Default::default(), None).unwrap(), &m, &move |p| {
+            seen_c.lock().unwrap().push(p.percent())
+        })
         .await
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), data);

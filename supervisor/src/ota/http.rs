@@ -86,7 +86,9 @@ impl HttpClient {
         let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
         if let Some(path) = ca_file {
             for cert in load_ca_file(path)? {
-                roots.add(cert).map_err(|e| HttpError::CaFile { path: path.into(), message: e.to_string() })?;
+                roots
+                    .add(cert)
+                    .map_err(|e| HttpError::CaFile { path: path.into(), message: e.to_string() })?;
             }
         }
         // The provider is named, not taken from the process default, so the choice never
@@ -97,8 +99,11 @@ impl HttpClient {
             .map_err(|e| HttpError::TlsSetup(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let connector =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
         let client = Client::builder(TokioExecutor::new()).build(connector);
         Ok(Self { client, timeouts })
     }

@@ -218,19 +218,24 @@ async fn rotate_root(
     })?;
     let rotate_err =
         |message: String| PublishError::Rotate { path: path.clone(), version: version.get(), message };
-    let new_root = root_of(new_keys, &options.rotate_to, options.threshold, version, options.expiry.root).await?;
+    let new_root =
+        root_of(new_keys, &options.rotate_to, options.threshold, version, options.expiry.root).await?;
     let rng = SystemRandom::new();
     let by_new = SignedRole::new(new_root.clone(), &KeyHolder::Root(new_root.clone()), new_keys, &rng)
         .await
         .map_err(|e| rotate_err(chain(&e)))?;
+    let not_old = |message: String| {
+        rotate_err(format!(
+            "the --key keys are not a threshold of version {}'s root keys: {message}",
+            old.signed.version
+        ))
+    };
     let by_old = SignedRole::new(new_root.clone(), &KeyHolder::Root(old.signed.clone()), old_keys, &rng)
         .await
-        .map_err(|e| rotate_err(chain(&e)))?;
+        .map_err(|e| not_old(chain(&e)))?;
     let signed =
         by_new.add_old_signatures(by_old.signed().signatures.clone()).map_err(|e| rotate_err(chain(&e)))?;
-    old.signed.verify_role(signed.signed()).map_err(|e| {
-        rotate_err(format!("the --key keys are not a threshold of version {}'s root keys: {}", old.signed.version, chain(&e)))
-    })?;
+    old.signed.verify_role(signed.signed()).map_err(|e| not_old(chain(&e)))?;
     new_root
         .verify_role(signed.signed())
         .map_err(|e| rotate_err(format!("the new keys do not meet the new threshold: {}", chain(&e))))?;
@@ -311,7 +316,8 @@ mod tests {
         // With the current key it rotates, and the root file becomes version 2.
         publish(&options(&["a"], &["c"])).await.unwrap();
         assert!(repo_dir.join("metadata/2.root.json").exists());
-        let rotated: Signed<Root> = serde_json::from_slice(&std::fs::read(repo_dir.join("root.json")).unwrap()).unwrap();
+        let rotated: Signed<Root> =
+            serde_json::from_slice(&std::fs::read(repo_dir.join("root.json")).unwrap()).unwrap();
         assert_eq!(rotated.signed.version.get(), 2);
     }
 }

@@ -100,7 +100,9 @@ pub async fn load(
 /// rotated-out (perhaps compromised) key whenever a server withholds the newer `N.root.json`.
 fn newest_root(shipped: &[u8], datastore: &Path) -> Vec<u8> {
     let version = |data: &[u8]| {
-        serde_json::from_slice::<tough::schema::Signed<tough::schema::Root>>(data).ok().map(|r| r.signed.version)
+        serde_json::from_slice::<tough::schema::Signed<tough::schema::Root>>(data)
+            .ok()
+            .map(|r| r.signed.version)
     };
     let Some(shipped_version) = version(shipped) else { return shipped.to_vec() };
     match std::fs::read(datastore.join("root.json")) {
