@@ -165,8 +165,11 @@ pub fn load_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpErr
 fn request_error(url: &str, e: &(dyn std::error::Error + 'static)) -> HttpError {
     let message = super::repo::chain(e);
     match find_tls_error(e) {
-        Some(rustls::Error::InvalidCertificate(reason)) => {
+        Some(rustls::Error::InvalidCertificate(reason @ rustls::CertificateError::UnknownIssuer)) => {
             HttpError::Untrusted { url: url.into(), message: reason.to_string() }
+        }
+        Some(rustls::Error::InvalidCertificate(reason)) => {
+            HttpError::Tls { url: url.into(), message: format!("server certificate rejected: {reason}") }
         }
         Some(tls) => HttpError::Tls { url: url.into(), message: tls.to_string() },
         None => HttpError::Request { url: url.into(), message },
