@@ -1,6 +1,7 @@
 //! Every TUF attack class against a box that runs signed set v1: the update is rejected with a
 //! clear error and nothing on disk changes. The repositories are real (`tough::editor`) and
-//! served by a real HTTP server on 127.0.0.1.
+//! served by a real HTTP server on 127.0.0.1. Root rotation: a box follows a properly
+//! cross-signed new root, refuses one the old root did not sign, and stops trusting the old key.
 
 #[path = "ota_support/mod.rs"]
 mod support;
@@ -50,7 +51,7 @@ impl Scenario {
             paths: OtaPaths { state_dir: self.state.clone(), models_dir: self.state.join("models") },
             trusted_root: std::fs::read(self.www.join("repo/root.json")).unwrap(),
             source: RepoSource::parse(&self.server.url(repo)).unwrap(),
-            http: HttpClient::new(Default::default()),
+            http: HttpClient::new(Default::default(), None).unwrap(),
             status: StatusModel::new(),
         }
     }
@@ -74,26 +75,55 @@ impl Scenario {
     async fn assert_rejected(&self, repo: &str, needles: &[&str]) -> String {
         let trusted_timestamp = self.trusted_timestamp();
         let before = snapshot(&self.state);
+        let profile_before = self.current_profile();
         let err = self.apply(repo).await.expect_err("attack must be rejected").to_string();
         for needle in needles {
             assert!(err.to_lowercase().contains(&needle.to_lowercase()), "error {err:?} lacks {needle:?}");
         }
         assert_eq!(snapshot(&self.state), before, "state changed on disk after: {err}");
-        let current = std::fs::read_link(self.state.join("sets/current")).unwrap();
-        let profile =
-            std::fs::read_to_string(self.state.join("sets").join(current).join("profiles/tiny.toml"))
-                .unwrap();
-        assert_eq!(profile, "name = \"v1\"\n");
+        assert_eq!(self.current_profile(), profile_before);
         if needles.contains(&"timestamp") {
             assert_eq!(self.trusted_timestamp(), trusted_timestamp, "rejected timestamp was trusted");
         }
         err
     }
 
+    fn current_profile(&self) -> String {
+        let current = std::fs::read_link(self.state.join("sets/current")).unwrap();
+        std::fs::read_to_string(self.state.join("sets").join(current).join("profiles/tiny.toml")).unwrap()
+    }
+
+    /// Version of the root the box trusts now (tough persists it after following a rotation).
+    fn trusted_root_version(&self) -> u64 {
+        root_version(&self.state.join("ota/datastore/root.json"))
+    }
+
     /// The timestamp metadata tough trusts (persisted in the datastore).
     fn trusted_timestamp(&self) -> Vec<u8> {
         std::fs::read(self.state.join("ota/datastore/timestamp.json")).unwrap()
     }
+}
+
+fn root_version(path: &Path) -> u64 {
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    value["signed"]["version"].as_u64().unwrap()
+}
+
+/// Key ids allowed to sign the root role of the root.json at `path`.
+fn root_keyids(path: &Path) -> Vec<String> {
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    value["signed"]["roles"]["root"]["keyids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Key ids that signed the metadata file at `path`.
+fn signers(path: &Path) -> Vec<String> {
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    value["signatures"].as_array().unwrap().iter().map(|s| s["keyid"].as_str().unwrap().to_string()).collect()
 }
 
 fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
@@ -118,7 +148,7 @@ async fn bad_signature_is_rejected() {
 
 #[tokio::test]
 async fn signatures_below_threshold_are_rejected() {
-    let spec = PublishSpec { keys: &["a", "b"], threshold: 2, expiry: Expiry::days_from_now(7) };
+    let spec = PublishSpec { keys: &["a", "b"], threshold: 2, ..PublishSpec::default() };
     let s = Scenario::new(&spec).await;
     s.publish(Some("repo"), "evil", 2, &spec).await;
     edit_json(&s.www.join("evil/metadata/timestamp.json"), |v| {
@@ -223,4 +253,64 @@ async fn a_valid_update_commits_and_keeps_the_previous_set() {
     assert_eq!(profile, "name = \"next v2\"\n");
     assert!(s.state.join("sets/previous/profiles/tiny.toml").is_file());
     assert_eq!(s.apply("next").await.unwrap(), ApplyOutcome::UpToDate { version: 2 });
+}
+
+#[tokio::test]
+async fn a_rotated_root_is_followed_and_the_old_key_stops_counting() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    assert_eq!(s.trusted_root_version(), 1);
+    // The maintainer rotates the root from key a to key c while publishing set v2. The box keeps
+    // trusting www/repo/root.json (version 1, key a) as its shipped root.
+    s.publish(Some("repo"), "rotated", 2, &PublishSpec { rotate_to: &["c"], ..PublishSpec::default() }).await;
+    let v1_ids = root_keyids(&s.www.join("repo/root.json"));
+    let v2 = s.www.join("rotated/metadata/2.root.json");
+    assert_eq!(root_version(&s.www.join("rotated/root.json")), 2, "publish replaces --root by the new root");
+    assert_eq!(std::fs::read(&v2).unwrap(), std::fs::read(s.www.join("rotated/root.json")).unwrap());
+    let v2_ids = root_keyids(&v2);
+    assert_ne!(v1_ids, v2_ids);
+    let mut expected: Vec<String> = v1_ids.iter().chain(&v2_ids).cloned().collect();
+    let mut signed_by = signers(&v2);
+    expected.sort();
+    signed_by.sort();
+    assert_eq!(signed_by, expected, "root v2 is signed by the old and the new key");
+    assert_eq!(
+        signers(&s.www.join("rotated/metadata/timestamp.json")),
+        v2_ids,
+        "release signed by the new key"
+    );
+
+    let outcome = s.apply("rotated").await.unwrap();
+    assert!(matches!(outcome, ApplyOutcome::Committed { version: 2, .. }), "{outcome:?}");
+    assert_eq!(s.trusted_root_version(), 2, "the box now trusts root v2");
+
+    // Later releases are signed with the new key alone.
+    s.publish(None, "rotated", 3, &PublishSpec { keys: &["c"], ..PublishSpec::default() }).await;
+    let outcome = s.apply("rotated").await.unwrap();
+    assert!(matches!(outcome, ApplyOutcome::Committed { version: 3, .. }), "{outcome:?}");
+
+    // Whoever still holds the rotated-out key a publishes v4 under root v1, withholding
+    // 2.root.json: the box starts from root v2, so key a no longer counts.
+    s.publish(Some("repo"), "revoked", 4, &PublishSpec::default()).await;
+    let err = s.assert_rejected("revoked", &["timestamp", "threshold"]).await;
+    assert_eq!(s.trusted_root_version(), 2);
+    eprintln!("old key after rotation: {err}");
+}
+
+#[tokio::test]
+async fn a_new_root_not_signed_by_the_old_root_is_rejected() {
+    let s = Scenario::new(&PublishSpec::default()).await;
+    s.publish(Some("repo"), "hijack", 2, &PublishSpec { rotate_to: &["c"], ..PublishSpec::default() }).await;
+    // Only the new key vouches for root v2: drop the old key's signature.
+    let v2 = s.www.join("hijack/metadata/2.root.json");
+    let new_ids = root_keyids(&v2);
+    edit_json(&v2, |v| {
+        v["signatures"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|sig| new_ids.iter().any(|id| sig["keyid"].as_str() == Some(id.as_str())));
+    });
+    assert_eq!(signers(&v2), new_ids);
+    let err = s.assert_rejected("hijack", &["root", "threshold"]).await;
+    assert_eq!(s.trusted_root_version(), 1, "the box still trusts root v1");
+    eprintln!("root v2 without the old signature: {err}");
 }

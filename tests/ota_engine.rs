@@ -97,7 +97,7 @@ impl LlamaActivator {
             .map_err(|e| ActivationError::Start { engine: engine.clone(), detail: e.to_string() })?;
         let child = running.insert(child);
         let health = Url::parse(&format!("http://127.0.0.1:{}/health", self.port)).unwrap();
-        let http = HttpClient::new(Default::default());
+        let http = HttpClient::new(Default::default(), None).unwrap();
         let deadline = Instant::now() + self.allowance;
         let unhealthy = |detail: String| ActivationError::Unhealthy {
             engine: engine.clone(),
@@ -127,7 +127,7 @@ impl Activator for LlamaActivator {
 
 async fn engine_health(port: u16) -> bool {
     let url = Url::parse(&format!("http://127.0.0.1:{port}/health")).unwrap();
-    HttpClient::new(Default::default()).get(&url, 0).await.is_ok()
+    HttpClient::new(Default::default(), None).unwrap().get(&url, 0).await.is_ok()
 }
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn a_set_with_a_corrupt_model_never_gets_healthy_and_rolls_back() {
         paths: paths.clone(),
         trusted_root: std::fs::read(repo.join("root.json")).unwrap(),
         source: RepoSource::parse(&server.url("repo")).unwrap(),
-        http: HttpClient::new(Default::default()),
+        http: HttpClient::new(Default::default(), None).unwrap(),
         status: status.clone(),
     };
     let engine = LlamaActivator {

@@ -37,7 +37,9 @@ async fn a_cut_download_resumes_with_range_and_verifies() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_c = seen.clone();
     let path = store
-        .pull(&HttpClient::new(Default::default()), &m, &move |p| seen_c.lock().unwrap().push(p.percent()))
+        .pull(&HttpClient::new(Default::default(), None).unwrap(), &m, &move |p| {
+            seen_c.lock().unwrap().push(p.percent())
+        })
         .await
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), data);
@@ -52,7 +54,7 @@ async fn a_cut_download_resumes_with_range_and_verifies() {
     assert_eq!(*seen.last().unwrap(), 100);
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "progress went backwards");
     // Pulling again is a no-op: no new request.
-    store.pull(&HttpClient::new(Default::default()), &m, &|_| {}).await.unwrap();
+    store.pull(&HttpClient::new(Default::default(), None).unwrap(), &m, &|_| {}).await.unwrap();
     assert_eq!(server.log.lock().unwrap().len(), 2);
 }
 
@@ -64,7 +66,7 @@ async fn endless_model_data_is_refused() {
     server.faults.lock().unwrap().endless.insert("m.gguf".into());
     let store = ModelStore::new(&tmp.path().join("models"));
     let err = store
-        .pull(&HttpClient::new(Default::default()), &model(&server, "m.gguf", &data), &|_| {})
+        .pull(&HttpClient::new(Default::default(), None).unwrap(), &model(&server, "m.gguf", &data), &|_| {})
         .await
         .unwrap_err();
     assert!(matches!(err, ModelError::Oversized { size: 100_000, .. }), "{err}");
@@ -86,7 +88,7 @@ async fn wrong_content_is_refused_and_not_kept() {
     let server = FileServer::start(tmp.path()).await;
     let store = ModelStore::new(&tmp.path().join("models"));
     let err = store
-        .pull(&HttpClient::new(Default::default()), &model(&server, "m.gguf", &data), &|_| {})
+        .pull(&HttpClient::new(Default::default(), None).unwrap(), &model(&server, "m.gguf", &data), &|_| {})
         .await
         .unwrap_err();
     assert!(matches!(err, ModelError::HashMismatch { .. }), "{err}");

@@ -76,10 +76,13 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OtaConfig {
-    /// `http://host/path` or a local directory (USB stick) holding `metadata/` and `targets/`.
+    /// `http(s)://host/path` or a local directory (USB stick) holding `metadata/` and `targets/`.
     pub repository: Option<String>,
     /// The root of trust shipped with the box; default `<state_dir>/ota/root.json`.
     pub trusted_root: Option<PathBuf>,
+    /// PEM file of extra CA certificates HTTPS sources may chain to (beside the bundled Mozilla
+    /// roots), for an update server with a private CA.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,6 +241,10 @@ impl Config {
                 message: format!("{} is also engine.port", self.web.port),
             });
         }
+        if let Some(path) = &self.ota.ca_file {
+            crate::ota::http::load_ca_file(path)
+                .map_err(|e| ConfigError::Value { key: "ota.ca_file", message: e.to_string() })?;
+        }
         Ok(())
     }
 
@@ -387,6 +394,20 @@ mod tests {
                 .map_err(|e| e.to_string())?;
             let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
             assert!(err.contains("pins.toml") && err.contains("profle"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_ota_ca_file_is_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("not-a-cert.pem", "hello\n")?;
+            jail.create_file("lucebox.toml", "[ota]\nca_file = \"not-a-cert.pem\"\n")?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("ota.ca_file") && err.contains("not-a-cert.pem"), "{err}");
+            jail.set_env("LUCEBOX_OTA__CA_FILE", "missing.pem");
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("ota.ca_file") && err.contains("missing.pem"), "{err}");
             Ok(())
         });
     }

@@ -1,5 +1,6 @@
-//! Shared helpers of the OTA integration tests: a real HTTP file server on 127.0.0.1 with
-//! fault modes, profile-set fixtures published as real signed repositories, and disk snapshots.
+//! Shared helpers of the OTA integration tests: a real HTTP or HTTPS file server on 127.0.0.1
+//! with fault modes, a test CA (rcgen) for HTTPS, profile-set fixtures published as real signed
+//! repositories, and disk snapshots.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -39,8 +40,52 @@ pub struct Faults {
     pub endless: HashSet<String>,
 }
 
+/// A CA made for one test and a server certificate it issued for `localhost` and 127.0.0.1.
+pub struct TestPki {
+    /// The CA certificate, PEM: what a box names in `ota.ca_file`.
+    pub ca_pem: String,
+    pub server: Arc<tokio_rustls::rustls::ServerConfig>,
+}
+
+impl TestPki {
+    pub fn new(name: &str) -> Self {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(DnType::CommonName, format!("{name} test CA"));
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let mut leaf_params = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+        leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+        leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+        let key = tokio_rustls::rustls::pki_types::PrivatePkcs8KeyDer::from(leaf_key.serialize_der()).into();
+        let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let server = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
+            .unwrap();
+        Self { ca_pem: ca_cert.pem(), server: Arc::new(server) }
+    }
+
+    /// Writes the CA certificate to `path` and returns it.
+    pub fn write_ca(&self, path: &Path) -> PathBuf {
+        std::fs::write(path, &self.ca_pem).unwrap();
+        path.to_path_buf()
+    }
+}
+
 pub struct FileServer {
     pub addr: SocketAddr,
+    scheme: &'static str,
     pub root: PathBuf,
     pub faults: Arc<Mutex<Faults>>,
     /// "PATH RANGE" of every request, in order.
@@ -56,6 +101,16 @@ impl Drop for FileServer {
 
 impl FileServer {
     pub async fn start(root: &Path) -> Self {
+        Self::start_with(root, None).await
+    }
+
+    /// The same server behind TLS with `pki`'s server certificate.
+    pub async fn start_tls(root: &Path, pki: &TestPki) -> Self {
+        Self::start_with(root, Some(tokio_rustls::TlsAcceptor::from(pki.server.clone()))).await
+    }
+
+    async fn start_with(root: &Path, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let faults = Arc::new(Mutex::new(Faults::default()));
@@ -70,22 +125,32 @@ impl FileServer {
                     accepted = listener.accept() => match accepted { Ok((s, _)) => s, Err(_) => continue },
                 };
                 let (root, faults, log) = (root_c.clone(), faults_c.clone(), log_c.clone());
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let (root, faults, log) = (root.clone(), faults.clone(), log.clone());
                         async move { Ok::<_, Infallible>(serve(&root, &faults, &log, req)) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                        // A client that refuses the certificate ends the handshake: nothing to serve.
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                    }
                 });
             }
         });
-        Self { addr, root: root.to_path_buf(), faults, log, cancel }
+        Self { addr, scheme, root: root.to_path_buf(), faults, log, cancel }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{}", self.addr, path.trim_start_matches('/'))
+        format!("{}://{}/{}", self.scheme, self.addr, path.trim_start_matches('/'))
     }
 }
 
@@ -166,11 +231,13 @@ pub struct PublishSpec<'a> {
     pub keys: &'a [&'a str],
     pub threshold: u64,
     pub expiry: Expiry,
+    /// Rotate the root to these keys (signed by `keys` and these) before signing the release.
+    pub rotate_to: &'a [&'a str],
 }
 
 impl Default for PublishSpec<'_> {
     fn default() -> Self {
-        Self { keys: &["a"], threshold: 1, expiry: Expiry::days_from_now(7) }
+        Self { keys: &["a"], threshold: 1, expiry: Expiry::days_from_now(7), rotate_to: &[] }
     }
 }
 
@@ -182,6 +249,7 @@ pub async fn publish(set_dir: &Path, repo_dir: &Path, spec: &PublishSpec<'_>) ->
         root: repo_dir.join("root.json"),
         keys: spec.keys.iter().map(|k| key(k)).collect(),
         threshold: NonZeroU64::new(spec.threshold).unwrap(),
+        rotate_to: spec.rotate_to.iter().map(|k| key(k)).collect(),
         expiry: spec.expiry,
         metadata_version: None,
     })

@@ -229,13 +229,9 @@ impl Control {
             .map_err(|e| ActionError::Failed(format!("trusted root {}: {e}", root.display())))?;
         let source =
             RepoSource::parse(&repo).map_err(|e| ActionError::Invalid(format!("ota.repository: {e}")))?;
-        Ok(Updater {
-            paths,
-            trusted_root,
-            source,
-            http: HttpClient::new(Default::default()),
-            status: self.status.clone(),
-        })
+        let http = HttpClient::for_config(&config.ota)
+            .map_err(|e| ActionError::Failed(format!("ota.ca_file: {e}")))?;
+        Ok(Updater { paths, trusted_root, source, http, status: self.status.clone() })
     }
 
     fn activator(&self) -> PlanActivator {

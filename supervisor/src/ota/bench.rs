@@ -25,6 +25,8 @@ pub enum BenchError {
     Publish(#[from] publish::PublishError),
     #[error(transparent)]
     Ota(#[from] OtaError),
+    #[error(transparent)]
+    Http(super::http::HttpError),
     #[error("bench update did not commit: {0:?}")]
     NotCommitted(ApplyOutcome),
 }
@@ -48,13 +50,27 @@ impl Activator for PassingGate {
     }
 }
 
+/// A published bench repository, ready to be served (or read from disk) and measured.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The repository (`metadata/`, `targets/`, `root.json`).
+    pub repo_dir: PathBuf,
+    pub set_bytes: u64,
+    pub publish_ms: f64,
+}
+
+/// Verify + install from the scratch repository on disk (the `lucebox ota bench` figure).
 pub async fn run(scratch: &Path, keys: &[PathBuf], size_mib: usize) -> Result<BenchReport, BenchError> {
+    let prepared = prepare(scratch, keys, size_mib).await?;
+    let source = RepoSource::parse(&prepared.repo_dir.to_string_lossy()).map_err(OtaError::from)?;
+    let http = HttpClient::new(Default::default(), None).map_err(BenchError::Http)?;
+    measure(&prepared, source, http, &scratch.join("state")).await
+}
+
+/// Publishes a set of `size_mib` MiB of incompressible profile files into `<scratch>/repo`.
+pub async fn prepare(scratch: &Path, keys: &[PathBuf], size_mib: usize) -> Result<Prepared, BenchError> {
     let set_dir = scratch.join("set");
     let repo_dir = scratch.join("repo");
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BenchError::Io { path, source }
-    };
     std::fs::create_dir_all(set_dir.join("profiles")).map_err(io(&set_dir))?;
     std::fs::write(set_dir.join("manifest.toml"), "version = 1\n").map_err(io(&set_dir))?;
     let mut seed = sha2::Sha256::digest(b"lucebox ota bench").to_vec();
@@ -75,17 +91,27 @@ pub async fn run(scratch: &Path, keys: &[PathBuf], size_mib: usize) -> Result<Be
         root: repo_dir.join("root.json"),
         keys: keys.to_vec(),
         threshold: NonZeroU64::MIN,
+        rotate_to: Vec::new(),
         expiry: Expiry::days_from_now(7),
         metadata_version: None,
     })
     .await?;
-    let publish_ms = ms(started.elapsed());
-    let root_path = repo_dir.join("root.json");
+    Ok(Prepared { repo_dir, set_bytes: published.length, publish_ms: ms(started.elapsed()) })
+}
+
+/// Checks, then applies, the prepared set from `source` into a fresh box at `state_dir`.
+pub async fn measure(
+    prepared: &Prepared,
+    source: RepoSource,
+    http: HttpClient,
+    state_dir: &Path,
+) -> Result<BenchReport, BenchError> {
+    let root_path = prepared.repo_dir.join("root.json");
     let updater = Updater {
-        paths: OtaPaths { state_dir: scratch.join("state"), models_dir: scratch.join("models") },
+        paths: OtaPaths { state_dir: state_dir.to_path_buf(), models_dir: state_dir.join("models") },
         trusted_root: std::fs::read(&root_path).map_err(io(&root_path))?,
-        source: RepoSource::parse(&repo_dir.to_string_lossy()).map_err(OtaError::from)?,
-        http: HttpClient::new(Default::default()),
+        source,
+        http,
         status: StatusModel::new(),
     };
     let started = Instant::now();
@@ -97,7 +123,12 @@ pub async fn run(scratch: &Path, keys: &[PathBuf], size_mib: usize) -> Result<Be
     if !matches!(outcome, ApplyOutcome::Committed { .. }) {
         return Err(BenchError::NotCommitted(outcome));
     }
-    Ok(BenchReport { set_bytes: published.length, publish_ms, check_ms, apply_ms })
+    Ok(BenchReport { set_bytes: prepared.set_bytes, publish_ms: prepared.publish_ms, check_ms, apply_ms })
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
+    let path = path.to_path_buf();
+    move |source| BenchError::Io { path, source }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -55,7 +55,7 @@ pub struct JsonArg {
 
 #[derive(Args)]
 pub struct SourceArgs {
-    /// Repository: `http://host/path` or a directory (overrides `ota.repository`).
+    /// Repository: `http(s)://host/path` or a directory (overrides `ota.repository`).
     #[arg(long)]
     repo: Option<String>,
     /// Trusted root.json (overrides `ota.trusted_root`).
@@ -103,16 +103,21 @@ pub struct PublishArgs {
     /// root.json to sign against; created from the keys when missing.
     #[arg(long)]
     root: PathBuf,
-    /// Signing key (PEM); repeat for thresholds above 1.
+    /// Signing key (PEM) of the current root; repeat for thresholds above 1.
     #[arg(long = "key", required = true)]
     keys: Vec<PathBuf>,
-    /// Signatures each role needs (only when creating the root).
+    /// Rotate the root to this key (PEM; repeatable): publishes root version N+1 naming only
+    /// the new keys, signed by the --key keys and the new ones, and signs this release with the
+    /// new keys. --root is replaced by the new root once the repository is written.
+    #[arg(long = "rotate-root-key", value_name = "PEM")]
+    rotate_root_keys: Vec<PathBuf>,
+    /// Signatures each role needs (when creating or rotating the root).
     #[arg(long, default_value_t = NonZeroU64::MIN)]
     threshold: NonZeroU64,
     /// Days until targets, snapshot and timestamp expire (re-publish before then).
     #[arg(long, default_value_t = 30)]
     expires_days: u32,
-    /// Days until a newly created root expires (boxes refuse an expired root).
+    /// Days until a newly created or rotated root expires (boxes refuse an expired root).
     #[arg(long, default_value_t = 1825)]
     root_expires_days: u32,
     #[arg(long)]
@@ -169,7 +174,7 @@ fn updater(config: &Config, source: &SourceArgs) -> anyhow::Result<Updater> {
         paths,
         trusted_root,
         source: RepoSource::parse(&repo)?,
-        http: HttpClient::new(Default::default()),
+        http: HttpClient::for_config(&config.ota)?,
         status: StatusModel::new(),
     })
 }
@@ -245,6 +250,7 @@ async fn run_ota(config: &Config, command: OtaCommand) -> anyhow::Result<ExitCod
                 root: args.root,
                 keys: args.keys,
                 threshold: args.threshold,
+                rotate_to: args.rotate_root_keys,
                 expiry: Expiry {
                     root: Expiry::days_from_now(args.root_expires_days).root,
                     ..Expiry::days_from_now(args.expires_days)
@@ -296,7 +302,7 @@ async fn run_models(config: &Config, command: ModelsCommand) -> anyhow::Result<E
                 .manifest
                 .unwrap_or_else(|| config.state_dir.join("sets").join(CURRENT).join(MANIFEST_FILE));
             let manifest = Manifest::load(&file)?;
-            let http = HttpClient::new(Default::default());
+            let http = HttpClient::for_config(&config.ota)?;
             for model in &manifest.models {
                 let name = model.name.clone();
                 let last = std::sync::atomic::AtomicU8::new(u8::MAX);

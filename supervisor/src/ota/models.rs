@@ -298,7 +298,7 @@ mod tests {
         let src = dir.path().join("src.gguf");
         fs::write(&src, b"weights").unwrap();
         let store = ModelStore::new(&dir.path().join("models"));
-        let http = HttpClient::new(Default::default());
+        let http = HttpClient::new(Default::default(), None).unwrap();
         let model = model_for(b"weights", &src);
         let path = store.pull(&http, &model, &|_| {}).await.unwrap();
         assert_eq!(fs::read(path).unwrap(), b"weights");
@@ -317,7 +317,10 @@ mod tests {
         fs::write(&src, b"weightz").unwrap();
         let store = ModelStore::new(&dir.path().join("models"));
         let model = model_for(b"weights", &src);
-        let err = store.pull(&HttpClient::new(Default::default()), &model, &|_| {}).await.unwrap_err();
+        let err = store
+            .pull(&HttpClient::new(Default::default(), None).unwrap(), &model, &|_| {})
+            .await
+            .unwrap_err();
         assert!(matches!(err, ModelError::HashMismatch { .. }), "{err}");
         assert!(store.list().unwrap().is_empty());
         assert!(!store.partial(&model.sha256).exists());

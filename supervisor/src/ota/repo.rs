@@ -76,7 +76,7 @@ pub struct Offer {
     pub length: u64,
 }
 
-/// Loads and verifies the repository's metadata against `trusted_root` and the datastore.
+/// Loads and verifies the repository's metadata against the trusted root and the datastore.
 pub async fn load(
     trusted_root: &[u8],
     source: &RepoSource,
@@ -84,13 +84,31 @@ pub async fn load(
     transport: OtaTransport,
 ) -> Result<Repository, RepoError> {
     std::fs::create_dir_all(datastore).map_err(|source| RepoError::Io { path: datastore.into(), source })?;
-    RepositoryLoader::new(&trusted_root, source.metadata.clone(), source.targets.clone())
+    let root = newest_root(trusted_root, datastore);
+    RepositoryLoader::new(&root, source.metadata.clone(), source.targets.clone())
         .transport(transport)
         .datastore(datastore)
         .expiration_enforcement(ExpirationEnforcement::Safe)
         .load()
         .await
         .map_err(|e| RepoError::Rejected(chain(&e)))
+}
+
+/// The root to start from: the one shipped with the box, or the newer one tough persisted in the
+/// datastore after following a rotation (it stores only roots that verified along the chain).
+/// tough always starts from the root it is given, so without this a box would keep trusting a
+/// rotated-out (perhaps compromised) key whenever a server withholds the newer `N.root.json`.
+fn newest_root(shipped: &[u8], datastore: &Path) -> Vec<u8> {
+    let version = |data: &[u8]| {
+        serde_json::from_slice::<tough::schema::Signed<tough::schema::Root>>(data)
+            .ok()
+            .map(|r| r.signed.version)
+    };
+    let Some(shipped_version) = version(shipped) else { return shipped.to_vec() };
+    match std::fs::read(datastore.join("root.json")) {
+        Ok(stored) if version(&stored).is_some_and(|v| v > shipped_version) => stored,
+        _ => shipped.to_vec(),
+    }
 }
 
 /// The profile set the verified repository offers.
