@@ -10,6 +10,15 @@ const ALPHA: f64 = 0.2;
 const MAX_STREAMS_TRACKED: usize = 16;
 /// Per new request the "large prompt" memory decays by this factor.
 const PROMPT_MEMORY_DECAY: f64 = 0.99;
+/// Learning rate (per arrival) of the share of requests that arrive while the engine is busy.
+const BUSY_ALPHA: f64 = 0.15;
+/// Below this share of busy arrivals the work is taken as sequential (one user or agent waiting
+/// for each answer): a new prompt then comes only after the engine has been idle for a while.
+const SEQUENTIAL_BELOW: f64 = 0.05;
+/// Arrivals seen before the arrival pattern is trusted at all.
+const MIN_ARRIVALS: u32 = 12;
+/// The shortest idle gap is trusted only to this share (a shorter one may come).
+const GAP_TRUST: f64 = 0.75;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +50,14 @@ pub struct PowerForecast {
     large_prompt_tokens: f64,
     typical_output_tokens: f64,
     last: Option<LoadSignal>,
+    /// Requests seen arriving.
+    arrivals: u32,
+    /// Share of arrivals (moving average) that found the engine busy.
+    busy_share: f64,
+    /// Seconds the engine has been idle now.
+    idle_s: f64,
+    /// A slowly relaxing minimum of the idle time before an arrival.
+    gap_floor_s: Option<f64>,
 }
 
 impl Default for PowerForecast {
@@ -63,6 +80,10 @@ impl PowerForecast {
             large_prompt_tokens: 4000.0,
             typical_output_tokens: 300.0,
             last: None,
+            arrivals: 0,
+            busy_share: 1.0,
+            idle_s: 0.0,
+            gap_floor_s: None,
         }
     }
 
@@ -105,6 +126,7 @@ impl PowerForecast {
             self.learn_prompts(&LoadSignal::default(), load);
             return;
         };
+        self.learn_arrivals(&prev, load, dt_s);
         let (before, after) = (phase(&prev), phase(load));
         if before == after {
             let learn = |v: &mut f64| *v += ALPHA * (power_w - *v);
@@ -145,6 +167,54 @@ impl PowerForecast {
                 self.decode_tokens_per_s += ALPHA * (done / (n as f64 * dt_s) - self.decode_tokens_per_s);
             }
         }
+    }
+
+    /// Learns whether requests come while the engine is busy and how long it sits idle first.
+    fn learn_arrivals(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
+        let new_slots = now
+            .slots
+            .iter()
+            .filter(|s| !prev.slots.iter().any(|p| p.id == s.id && p.prompt_tokens == s.prompt_tokens))
+            .count() as u32;
+        // A request admitted from the queue was counted when it was deferred.
+        let admitted = prev.requests_deferred.saturating_sub(now.requests_deferred);
+        let queued = now.requests_deferred.saturating_sub(prev.requests_deferred);
+        let arrived = new_slots.saturating_sub(admitted) + queued;
+        if arrived > 0 {
+            let was_idle = prev.is_idle();
+            for i in 0..arrived {
+                let busy = if was_idle && i == 0 { 0.0 } else { 1.0 };
+                self.busy_share += BUSY_ALPHA * (busy - self.busy_share);
+            }
+            self.arrivals = self.arrivals.saturating_add(arrived);
+            if was_idle {
+                // The arrival came some time within the last period: count the idle time only.
+                let gap = self.idle_s;
+                self.gap_floor_s = Some(match self.gap_floor_s {
+                    Some(floor) if gap >= floor => floor + 0.05 * (gap - floor),
+                    _ => gap,
+                });
+            }
+        }
+        self.idle_s = if now.is_idle() { self.idle_s + dt_s } else { 0.0 };
+    }
+
+    /// Seconds from when the engine goes idle until a new prompt may arrive; 0 while arrivals
+    /// may come at any time (busy arrivals seen, or too few arrivals to tell).
+    pub fn quiet_after_idle_s(&self) -> f64 {
+        if self.arrivals < MIN_ARRIVALS || self.busy_share > SEQUENTIAL_BELOW {
+            return 0.0;
+        }
+        self.gap_floor_s.map_or(0.0, |g| GAP_TRUST * g)
+    }
+
+    /// Seconds the engine has been idle now.
+    pub fn idle_s(&self) -> f64 {
+        self.idle_s
+    }
+
+    pub fn idle_w(&self) -> f64 {
+        self.idle_w
     }
 
     fn learn_prompts(&mut self, prev: &LoadSignal, now: &LoadSignal) {

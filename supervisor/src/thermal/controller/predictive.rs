@@ -94,11 +94,28 @@ impl Predictive {
         hi
     }
 
-    /// Junction rise a large prompt arriving now would add on top of the forecast power.
-    fn surprise_reserve(&self, power: &[f64]) -> Vec<f64> {
+    /// Junction rise a large prompt arriving at each step would add on top of the forecast power.
+    /// Where the work has been sequential (each prompt waits for the previous answer), no prompt
+    /// arrives before the engine has drained the known work and then sat idle for the learned
+    /// shortest gap, so no room is kept before then.
+    fn surprise_reserve(&self, power: &[f64], loaded: bool) -> Vec<f64> {
         let rise_share = 1.0 - (-self.forecast.large_prefill_s() / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
-        power.iter().map(|&p| r_js * (self.forecast.prefill_w() - p).max(0.0) * rise_share).collect()
+        let quiet_s = self.forecast.quiet_after_idle_s();
+        let first = if quiet_s <= 0.0 {
+            0
+        } else {
+            let idle_w = self.forecast.idle_w();
+            // The forecast has no new arrivals: once idle it stays idle.
+            let drained = if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
+            let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
+            drained + (wait_s / self.dt_s).floor() as usize
+        };
+        power
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| if k < first { 0.0 } else { r_js * (self.forecast.prefill_w() - p).max(0.0) * rise_share })
+            .collect()
     }
 
     /// Rate limits and hysteresis: up at once (with headroom), down only after a dwell.
@@ -144,7 +161,7 @@ impl Controller for Predictive {
         self.model.observe(obs.junction_c, obs.power_w, obs.fan_duty_pct);
         let steps = (HORIZON_S / self.dt_s).round() as usize;
         let power = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
-        let reserve = self.surprise_reserve(&power);
+        let reserve = self.surprise_reserve(&power, obs.load.is_some());
         let limit = self.limits.junction_limit_c;
         let required = self.required_duty(obs.junction_c, &power, &reserve, limit - MARGIN_C);
         // The forecast is never trusted below a reactive curve near the limit.
