@@ -48,6 +48,7 @@ pub struct PowerForecast {
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     large_prompt_tokens: f64,
+    typical_prompt_tokens: f64,
     typical_output_tokens: f64,
     last: Option<LoadSignal>,
     /// Requests seen arriving.
@@ -78,6 +79,7 @@ impl PowerForecast {
             prefill_tokens_per_s: 1000.0,
             decode_tokens_per_s: 30.0,
             large_prompt_tokens: 4000.0,
+            typical_prompt_tokens: 2000.0,
             typical_output_tokens: 300.0,
             last: None,
             arrivals: 0,
@@ -225,6 +227,7 @@ impl PowerForecast {
             }
             let tokens = slot.prompt_tokens as f64;
             self.large_prompt_tokens = tokens.max(self.large_prompt_tokens * PROMPT_MEMORY_DECAY);
+            self.typical_prompt_tokens += ALPHA * (tokens - self.typical_prompt_tokens);
             if let Some(left) = slot.remaining_tokens {
                 let total = (left + slot.decoded_tokens) as f64;
                 self.typical_output_tokens += ALPHA * (total - self.typical_output_tokens);
@@ -250,7 +253,8 @@ impl PowerForecast {
         for _ in 0..seconds {
             if waiting <= 0.0 && deferred > 0 && streams.len() < capacity {
                 deferred -= 1;
-                waiting += self.large_prompt_tokens;
+                // Queued prompts are not shown; a long queue averages out to the typical size.
+                waiting += self.typical_prompt_tokens;
                 streams.push(self.typical_output_tokens);
             }
             if waiting > 0.0 {

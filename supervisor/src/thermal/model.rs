@@ -180,7 +180,13 @@ impl ThermalModel {
             self.history.pop_front();
         }
         let stopped = if duty_pct < STOPPED_DUTY_PCT { 1.0 } else { 0.0 };
-        self.history.push_back(Sample { junction_c, power_w, power_j_w: pj, airflow: airflow(duty_pct), stopped });
+        self.history.push_back(Sample {
+            junction_c,
+            power_w,
+            power_j_w: pj,
+            airflow: airflow(duty_pct),
+            stopped,
+        });
         self.samples += 1;
         self.learn_r_js();
         if self.samples % UPDATE_EVERY == 0 {
