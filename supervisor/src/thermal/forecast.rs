@@ -314,4 +314,28 @@ mod tests {
         assert_eq!(p[prefill_s], f.decode_w(1));
         assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
     }
+
+    /// One user at a time: each prompt comes 8–12 s after the previous answer ends. The pattern is
+    /// learned as sequential with an idle gap; one request arriving while busy withdraws it.
+    #[test]
+    fn learns_that_prompts_wait_for_answers_and_forgets_it_on_a_busy_arrival() {
+        let mut f = PowerForecast::new();
+        let idle = LoadSignal::default();
+        let mut id = 0;
+        for turn in 0..20u64 {
+            id += 1;
+            for k in 0..5u64 {
+                f.observe(&signal(vec![slot(id, 500, 500, 50 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..(8 + turn % 5) {
+                f.observe(&idle, 30.0, 1.0);
+            }
+        }
+        let quiet = f.quiet_after_idle_s();
+        assert!((5.0..=9.0).contains(&quiet), "{quiet}");
+        // A second request while the first still decodes.
+        f.observe(&signal(vec![slot(100, 500, 500, 40)]), 150.0, 1.0);
+        f.observe(&signal(vec![slot(100, 500, 500, 30), slot(101, 800, 0, 40)]), 300.0, 1.0);
+        assert_eq!(f.quiet_after_idle_s(), 0.0);
+    }
 }

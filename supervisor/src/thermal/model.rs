@@ -353,6 +353,10 @@ mod tests {
             model.observe((tj).round(), p, d);
         }
         assert!((model.params.r_js_k_per_w - rjs).abs() < 0.02, "r_js {}", model.params.r_js_k_per_w);
+        // The integral-form fit finds the heatsink capacity and full-airflow resistance.
+        let [a, _, c, _, _] = model.params.sink;
+        assert!((1.0 / a - cs).abs() < 0.3 * cs, "capacity {}", 1.0 / a);
+        assert!((a / c - rfull).abs() < 0.3 * rfull, "full-airflow resistance {}", a / c);
         // Predict 120 s of 250 W at 50 % from the current state and compare with the truth.
         let start = tj;
         let mut predicted = 0.0;
