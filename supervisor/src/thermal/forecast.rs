@@ -19,6 +19,8 @@ const SEQUENTIAL_BELOW: f64 = 0.05;
 const MIN_ARRIVALS: u32 = 12;
 /// The shortest idle gap is trusted only to this share (a shorter one may come).
 const GAP_TRUST: f64 = 0.75;
+/// Idle gaps seen before the shortest one is trusted.
+const MIN_GAPS: u32 = 3;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct PowerForecast {
     idle_s: f64,
     /// A slowly relaxing minimum of the idle time before an arrival.
     gap_floor_s: Option<f64>,
+    /// Arrivals that found the engine idle.
+    gaps: u32,
 }
 
 impl Default for PowerForecast {
@@ -86,6 +90,7 @@ impl PowerForecast {
             busy_share: 1.0,
             idle_s: 0.0,
             gap_floor_s: None,
+            gaps: 0,
         }
     }
 
@@ -192,6 +197,7 @@ impl PowerForecast {
             if was_idle {
                 // The arrival came some time within the last period: count the idle time only.
                 let gap = self.idle_s;
+                self.gaps = self.gaps.saturating_add(1);
                 self.gap_floor_s = Some(match self.gap_floor_s {
                     Some(floor) if gap >= floor => floor + 0.05 * (gap - floor),
                     _ => gap,
@@ -201,10 +207,16 @@ impl PowerForecast {
         self.idle_s = if now.is_idle() { self.idle_s + dt_s } else { 0.0 };
     }
 
-    /// Seconds from when the engine goes idle until a new prompt may arrive; 0 while arrivals
-    /// may come at any time (busy arrivals seen, or too few arrivals to tell).
+    /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too
+    /// few arrivals to tell).
+    pub fn arrives_while_busy(&self) -> bool {
+        self.arrivals < MIN_ARRIVALS || self.busy_share > SEQUENTIAL_BELOW
+    }
+
+    /// Seconds from when the engine goes idle until a new prompt may arrive (a share of the
+    /// shortest idle gap seen); 0 until enough gaps were seen.
     pub fn quiet_after_idle_s(&self) -> f64 {
-        if self.arrivals < MIN_ARRIVALS || self.busy_share > SEQUENTIAL_BELOW {
+        if self.gaps < MIN_GAPS {
             return 0.0;
         }
         self.gap_floor_s.map_or(0.0, |g| GAP_TRUST * g)

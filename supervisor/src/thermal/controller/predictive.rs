@@ -111,35 +111,31 @@ impl Predictive {
     }
 
     /// Junction rise a large prompt arriving at each step would add on top of the forecast power.
-    /// Where the work has been sequential (each prompt waits for the previous answer), no prompt
-    /// arrives before the engine has drained the known work and then sat idle for the learned
-    /// shortest gap, so no room is kept before then.
+    /// While the engine works on known requests, room is kept only where prompts have been seen
+    /// arriving while it was busy (several users, batch jobs); after it drains, only from the
+    /// learned shortest idle gap on (one user or agent waits for each answer, then thinks or
+    /// runs a tool).
     fn surprise_reserve(&self, power: &[f64], loaded: bool) -> Vec<f64> {
         let rise_share = 1.0 - (-self.forecast.large_prefill_s() / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
+        let idle_w = self.forecast.idle_w();
+        // The forecast has no new arrivals: once idle it stays idle.
+        let drained = if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
         let quiet_s = self.forecast.quiet_after_idle_s();
-        let first = if quiet_s <= 0.0 {
-            0
-        } else {
-            let idle_w = self.forecast.idle_w();
-            // The forecast has no new arrivals: once idle it stays idle.
-            let drained =
-                if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
-            let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
-            drained + (wait_s / self.dt_s).floor() as usize
-        };
+        let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
+        let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
+        let busy = self.forecast.arrives_while_busy();
         power
             .iter()
             .enumerate()
-            .map(
-                |(k, &p)| {
-                    if k < first {
-                        0.0
-                    } else {
-                        r_js * (self.forecast.prefill_w() - p).max(0.0) * rise_share
-                    }
-                },
-            )
+            .map(|(k, &p)| {
+                let open = if k < drained { busy } else { k >= after_idle };
+                if open {
+                    r_js * (self.forecast.prefill_w() - p).max(0.0) * rise_share
+                } else {
+                    0.0
+                }
+            })
             .collect()
     }
 
