@@ -89,7 +89,14 @@ impl Predictive {
             ok
         };
         let lowest = self.limits.lowest_duty();
-        if holds(lowest) {
+        // A stopped fan restarts slowly and passive cooling is the least observed part of the
+        // model: stop only where staying stopped for the whole horizon holds.
+        let stop_holds = || {
+            let mut ok = true;
+            self.model.predict(junction_c, power, |_| lowest, |k, tj| ok &= tj + reserve[k] <= budget_c);
+            ok
+        };
+        if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
         let (mut lo, mut hi) = (self.limits.min_duty_pct, 100.0);
