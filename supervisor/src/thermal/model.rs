@@ -189,7 +189,7 @@ impl ThermalModel {
         });
         self.samples += 1;
         self.learn_r_js();
-        if self.samples % UPDATE_EVERY == 0 {
+        if self.samples.is_multiple_of(UPDATE_EVERY) {
             self.learn_sink();
         }
     }
