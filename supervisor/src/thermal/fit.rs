@@ -94,7 +94,7 @@ pub fn fit(rows: &[LogRow], start: ModelParams) -> FitReport {
         samples: rows.len(),
         sink_capacity_j_per_k: 1.0 / a,
         sink_to_air_stopped_k_per_w: resistance(b),
-        sink_to_air_full_k_per_w: resistance(b + c),
+        sink_to_air_full_k_per_w: resistance(c),
         mae_30s_c: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
         params: model.params,
     }

@@ -10,6 +10,17 @@ const ALPHA: f64 = 0.2;
 const MAX_STREAMS_TRACKED: usize = 16;
 /// Per new request the "large prompt" memory decays by this factor.
 const PROMPT_MEMORY_DECAY: f64 = 0.99;
+/// Learning rate (per arrival) of the share of requests that arrive while the engine is busy.
+const BUSY_ALPHA: f64 = 0.15;
+/// Below this share of busy arrivals the work is taken as sequential (one user or agent waiting
+/// for each answer): a new prompt then comes only after the engine has been idle for a while.
+const SEQUENTIAL_BELOW: f64 = 0.05;
+/// Arrivals seen before the arrival pattern is trusted at all.
+const MIN_ARRIVALS: u32 = 12;
+/// The shortest idle gap is trusted only to this share (a shorter one may come).
+const GAP_TRUST: f64 = 0.75;
+/// Idle gaps seen before the shortest one is trusted.
+const MIN_GAPS: u32 = 3;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +50,19 @@ pub struct PowerForecast {
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     large_prompt_tokens: f64,
+    typical_prompt_tokens: f64,
     typical_output_tokens: f64,
     last: Option<LoadSignal>,
+    /// Requests seen arriving.
+    arrivals: u32,
+    /// Share of arrivals (moving average) that found the engine busy.
+    busy_share: f64,
+    /// Seconds the engine has been idle now.
+    idle_s: f64,
+    /// A slowly relaxing minimum of the idle time before an arrival.
+    gap_floor_s: Option<f64>,
+    /// Arrivals that found the engine idle.
+    gaps: u32,
 }
 
 impl Default for PowerForecast {
@@ -61,8 +83,14 @@ impl PowerForecast {
             prefill_tokens_per_s: 1000.0,
             decode_tokens_per_s: 30.0,
             large_prompt_tokens: 4000.0,
+            typical_prompt_tokens: 2000.0,
             typical_output_tokens: 300.0,
             last: None,
+            arrivals: 0,
+            busy_share: 1.0,
+            idle_s: 0.0,
+            gap_floor_s: None,
+            gaps: 0,
         }
     }
 
@@ -105,6 +133,7 @@ impl PowerForecast {
             self.learn_prompts(&LoadSignal::default(), load);
             return;
         };
+        self.learn_arrivals(&prev, load, dt_s);
         let (before, after) = (phase(&prev), phase(load));
         if before == after {
             let learn = |v: &mut f64| *v += ALPHA * (power_w - *v);
@@ -147,6 +176,61 @@ impl PowerForecast {
         }
     }
 
+    /// Learns whether requests come while the engine is busy and how long it sits idle first.
+    fn learn_arrivals(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
+        let new_slots = now
+            .slots
+            .iter()
+            .filter(|s| !prev.slots.iter().any(|p| p.id == s.id && p.prompt_tokens == s.prompt_tokens))
+            .count() as u32;
+        // A request admitted from the queue was counted when it was deferred.
+        let admitted = prev.requests_deferred.saturating_sub(now.requests_deferred);
+        let queued = now.requests_deferred.saturating_sub(prev.requests_deferred);
+        let arrived = new_slots.saturating_sub(admitted) + queued;
+        if arrived > 0 {
+            let was_idle = prev.is_idle();
+            for i in 0..arrived {
+                let busy = if was_idle && i == 0 { 0.0 } else { 1.0 };
+                self.busy_share += BUSY_ALPHA * (busy - self.busy_share);
+            }
+            self.arrivals = self.arrivals.saturating_add(arrived);
+            if was_idle {
+                // The arrival came some time within the last period: count the idle time only.
+                let gap = self.idle_s;
+                self.gaps = self.gaps.saturating_add(1);
+                self.gap_floor_s = Some(match self.gap_floor_s {
+                    Some(floor) if gap >= floor => floor + 0.05 * (gap - floor),
+                    _ => gap,
+                });
+            }
+        }
+        self.idle_s = if now.is_idle() { self.idle_s + dt_s } else { 0.0 };
+    }
+
+    /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too
+    /// few arrivals to tell).
+    pub fn arrives_while_busy(&self) -> bool {
+        self.arrivals < MIN_ARRIVALS || self.busy_share > SEQUENTIAL_BELOW
+    }
+
+    /// Seconds from when the engine goes idle until a new prompt may arrive (a share of the
+    /// shortest idle gap seen); 0 until enough gaps were seen.
+    pub fn quiet_after_idle_s(&self) -> f64 {
+        if self.gaps < MIN_GAPS {
+            return 0.0;
+        }
+        self.gap_floor_s.map_or(0.0, |g| GAP_TRUST * g)
+    }
+
+    /// Seconds the engine has been idle now.
+    pub fn idle_s(&self) -> f64 {
+        self.idle_s
+    }
+
+    pub fn idle_w(&self) -> f64 {
+        self.idle_w
+    }
+
     fn learn_prompts(&mut self, prev: &LoadSignal, now: &LoadSignal) {
         for slot in &now.slots {
             let known = prev.slots.iter().any(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens);
@@ -155,6 +239,7 @@ impl PowerForecast {
             }
             let tokens = slot.prompt_tokens as f64;
             self.large_prompt_tokens = tokens.max(self.large_prompt_tokens * PROMPT_MEMORY_DECAY);
+            self.typical_prompt_tokens += ALPHA * (tokens - self.typical_prompt_tokens);
             if let Some(left) = slot.remaining_tokens {
                 let total = (left + slot.decoded_tokens) as f64;
                 self.typical_output_tokens += ALPHA * (total - self.typical_output_tokens);
@@ -180,7 +265,8 @@ impl PowerForecast {
         for _ in 0..seconds {
             if waiting <= 0.0 && deferred > 0 && streams.len() < capacity {
                 deferred -= 1;
-                waiting += self.large_prompt_tokens;
+                // Queued prompts are not shown; a long queue averages out to the typical size.
+                waiting += self.typical_prompt_tokens;
                 streams.push(self.typical_output_tokens);
             }
             if waiting > 0.0 {
@@ -239,5 +325,32 @@ mod tests {
         assert!((2..=4).contains(&prefill_s), "{p:?}");
         assert_eq!(p[prefill_s], f.decode_w(1));
         assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
+    }
+
+    /// One user at a time: each prompt comes 8–12 s after the previous answer ends. The pattern is
+    /// learned as sequential with an idle gap; one request arriving while busy means prompts may
+    /// come while the engine works.
+    #[test]
+    fn learns_that_prompts_wait_for_answers_and_forgets_it_on_a_busy_arrival() {
+        let mut f = PowerForecast::new();
+        let idle = LoadSignal::default();
+        let mut id = 0;
+        for turn in 0..20u64 {
+            id += 1;
+            for k in 0..5u64 {
+                f.observe(&signal(vec![slot(id, 500, 500, 50 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..(8 + turn % 5) {
+                f.observe(&idle, 30.0, 1.0);
+            }
+        }
+        let quiet = f.quiet_after_idle_s();
+        assert!((5.0..=9.0).contains(&quiet), "{quiet}");
+        assert!(!f.arrives_while_busy());
+        // A second request while the first still decodes.
+        f.observe(&signal(vec![slot(100, 500, 500, 40)]), 150.0, 1.0);
+        f.observe(&signal(vec![slot(100, 500, 500, 30), slot(101, 800, 0, 40)]), 300.0, 1.0);
+        assert!(f.arrives_while_busy());
+        assert!(f.quiet_after_idle_s() > 0.0, "the idle gap still holds after the engine drains");
     }
 }

@@ -1,10 +1,13 @@
 //! The learned thermal model of one device: the junction sits `r_js · P_j` above a heatsink node
 //! (`P_j`: power low-passed by the junction time constant), and the heatsink follows
-//! `dTs/dt = a·P − (b + c·f(d))·(Ts − T0) + e + g·f(d)` with `f(d) = (d/100)^0.7` the airflow of
-//! duty `d`, `T0` a generic ambient and `e + g·f` absorbing the difference to the real one. Every parameter is
-//! projected onto its physical range after each update (a heatsink never cools below ambient).
-//! Both parts are fitted by recursive least squares with forgetting from what the device shows,
-//! starting from a generic prior, and persisted per device.
+//! `dTs/dt = a·P − (b·s + c·f(d))·(Ts − T0) + e·s + g·f(d)` with `f(d) = (d/100)^0.7` the airflow
+//! of duty `d`, `s` = 1 while the fan is stopped (passive cooling only) else 0, `T0` a generic
+//! ambient and `e·s + g·f` absorbing the difference to the real one. Every parameter is projected
+//! onto its physical range after each update (a heatsink never cools below ambient). Both parts are
+//! fitted by recursive least squares with forgetting from what the device shows, starting from a
+//! generic prior, and persisted per device. The heatsink is fitted in integral form: the heatsink
+//! change over a 30 s window against the integrals of the regressors, which averages the 1 °C
+//! sensor steps out and uses transients as well as settled stretches.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -17,23 +20,29 @@ use super::ThermalError;
 pub const JUNCTION_TAU_S: f64 = 3.0;
 /// Generic airflow exponent (sink-to-air resistance ∝ airflow^-0.6…-0.8).
 const AIRFLOW_EXPONENT: f64 = 0.7;
-/// RLS forgetting factor per settled window: a memory of ~1000 samples spans several fan
-/// speeds, which separating passive from fan-driven cooling needs.
-const FORGETTING: f64 = 0.999;
-/// Seconds over which the heatsink slope is measured (noise of a 1 °C sensor averages out).
-const SLOPE_WINDOW: usize = 10;
+/// RLS forgetting factor per heatsink update (one every `UPDATE_EVERY` samples): a memory of
+/// ~40 min spans several fan speeds, which separating capacity from cooling needs.
+const FORGETTING: f64 = 0.998;
+/// Samples over which the heatsink change is integrated (noise of a 1 °C sensor averages out).
+const SLOPE_WINDOW: usize = 31;
+/// Samples averaged at each end of the window.
+const END_SAMPLES: usize = 3;
+/// A heatsink update every this many samples (overlapping windows are not independent).
+const UPDATE_EVERY: u64 = 5;
 /// Seconds over which a junction step is measured for `r_js`.
 const STEP_LAG: usize = 3;
 /// A power change smaller than this does not teach `r_js`.
 const MIN_STEP_W: f64 = 25.0;
-/// Expected noise of the measured heatsink slope (K/s) for a 1 °C sensor over the window.
-const SLOPE_NOISE: f64 = 0.05;
+/// Expected noise of the measured mean heatsink slope (K/s): ~0.3 K of end-group error over 30 s.
+const SLOPE_NOISE: f64 = 0.015;
 const PARAMS: usize = 5;
-/// Largest gap between power and junction-filtered power for a settled window.
-const SETTLED_W: f64 = 12.0;
+/// Largest gap between power and junction-filtered power at a window's ends.
+const SETTLED_W: f64 = 25.0;
+/// Below this duty the fan is taken as stopped.
+const STOPPED_DUTY_PCT: f64 = 1.0;
 /// Generic ambient the model measures from (inside a case).
 const AMBIENT_PRIOR_C: f64 = 30.0;
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 
 /// Airflow share of a duty.
 pub fn airflow(duty_pct: f64) -> f64 {
@@ -57,7 +66,7 @@ impl ModelParams {
     /// airflow, 30 °C inside the case. Deliberately on the warm side: the fan errs loud, not hot.
     pub fn prior() -> Self {
         let (cap, g_stopped, g_full) = (400.0, 1.0 / 0.7, 1.0 / 0.15);
-        let sink = [1.0 / cap, g_stopped / cap, (g_full - g_stopped) / cap, 0.0, 0.0];
+        let sink = [1.0 / cap, g_stopped / cap, g_full / cap, 0.0, 0.0];
         let mut sink_cov = [[0.0; PARAMS]; PARAMS];
         for i in 0..PARAMS {
             // 70 % prior uncertainty per parameter, in units of the slope noise.
@@ -92,7 +101,7 @@ impl ModelParams {
     fn project(&mut self) {
         self.sink[0] = self.sink[0].clamp(1.0 / 5000.0, 1.0 / 50.0);
         self.sink[1] = self.sink[1].clamp(0.0, 0.1);
-        self.sink[2] = self.sink[2].clamp(0.0, 0.1 - self.sink[1]);
+        self.sink[2] = self.sink[2].clamp(self.sink[1], 0.1);
         self.sink[3] = self.sink[3].clamp(-25.0 * self.sink[1], 25.0 * self.sink[1]);
         self.sink[4] = self.sink[4].clamp(-25.0 * self.sink[2], 25.0 * self.sink[2]);
     }
@@ -133,6 +142,7 @@ struct Sample {
     power_w: f64,
     power_j_w: f64,
     airflow: f64,
+    stopped: f64,
 }
 
 /// The model plus its filter state.
@@ -141,12 +151,13 @@ pub struct ThermalModel {
     pub params: ModelParams,
     power_j_w: Option<f64>,
     history: VecDeque<Sample>,
+    samples: u64,
     dt_s: f64,
 }
 
 impl ThermalModel {
     pub fn new(params: ModelParams, dt_s: f64) -> Self {
-        Self { params, power_j_w: None, history: VecDeque::with_capacity(SLOPE_WINDOW + 1), dt_s }
+        Self { params, power_j_w: None, history: VecDeque::with_capacity(SLOPE_WINDOW + 1), samples: 0, dt_s }
     }
 
     /// Power as the junction feels it (low-passed by its time constant).
@@ -168,9 +179,19 @@ impl ThermalModel {
         if self.history.len() == SLOPE_WINDOW {
             self.history.pop_front();
         }
-        self.history.push_back(Sample { junction_c, power_w, power_j_w: pj, airflow: airflow(duty_pct) });
+        let stopped = if duty_pct < STOPPED_DUTY_PCT { 1.0 } else { 0.0 };
+        self.history.push_back(Sample {
+            junction_c,
+            power_w,
+            power_j_w: pj,
+            airflow: airflow(duty_pct),
+            stopped,
+        });
+        self.samples += 1;
         self.learn_r_js();
-        self.learn_sink();
+        if self.samples.is_multiple_of(UPDATE_EVERY) {
+            self.learn_sink();
+        }
     }
 
     fn learn_r_js(&mut self) {
@@ -195,26 +216,32 @@ impl ThermalModel {
     }
 
     fn learn_sink(&mut self) {
-        if self.history.len() < SLOPE_WINDOW {
+        let n = self.history.len();
+        if n < SLOPE_WINDOW {
             return;
         }
-        // Only windows where the junction has settled on the power: in a power step the junction
-        // moves ten times faster than the heatsink and any error in r_js would swamp the slope.
-        if self.history.iter().any(|s| (s.power_w - s.power_j_w).abs() > SETTLED_W) {
+        // Only where the junction has settled on the power at both ends: in a power step the
+        // junction moves ten times faster than the heatsink and any error in r_js would show.
+        let ends = (0..END_SAMPLES).chain(n - END_SAMPLES..n);
+        if ends.clone().any(|i| (self.history[i].power_w - self.history[i].power_j_w).abs() > SETTLED_W) {
             return;
         }
-        let half = SLOPE_WINDOW / 2;
         let mean_sink = |range: std::ops::Range<usize>| {
             range.clone().map(|i| self.sink_c(&self.history[i])).sum::<f64>() / range.len() as f64
         };
-        let y = (mean_sink(half..SLOPE_WINDOW) - mean_sink(0..half)) / (half as f64 * self.dt_s);
+        // Heatsink change between the centres of the two end groups, over the integral of the
+        // regressors between them (trapezoid), both divided by the span: a mean slope.
+        let (from, to) = (END_SAMPLES / 2, n - 1 - END_SAMPLES / 2);
+        let span = (to - from) as f64;
+        let y = (mean_sink(n - END_SAMPLES..n) - mean_sink(0..END_SAMPLES)) / (span * self.dt_s);
         let mut x = [0.0; PARAMS];
-        for s in &self.history {
-            let ts = self.sink_c(s);
-            let rise = ts - AMBIENT_PRIOR_C;
-            let row = [s.power_j_w, -rise, -rise * s.airflow, 1.0, s.airflow];
-            for i in 0..PARAMS {
-                x[i] += row[i] / SLOPE_WINDOW as f64;
+        for i in from..=to {
+            let s = &self.history[i];
+            let w = if i == from || i == to { 0.5 } else { 1.0 } / span;
+            let rise = self.sink_c(s) - AMBIENT_PRIOR_C;
+            let row = [s.power_j_w, -rise * s.stopped, -rise * s.airflow, s.stopped, s.airflow];
+            for k in 0..PARAMS {
+                x[k] += w * row[k];
             }
         }
         let p = &mut self.params;
@@ -270,8 +297,9 @@ impl ThermalModel {
         let mut pj = self.power_j_w.unwrap_or(0.0);
         let mut ts = junction_c - r_js * pj;
         for (k, &p) in power.iter().enumerate() {
-            let f = airflow(duty(k));
-            ts += self.dt_s * (a * pj - (b + c * f) * (ts - AMBIENT_PRIOR_C) + e + g * f);
+            let d = duty(k);
+            let (f, s) = (airflow(d), if d < STOPPED_DUTY_PCT { 1.0 } else { 0.0 });
+            ts += self.dt_s * (a * pj - (b * s + c * f) * (ts - AMBIENT_PRIOR_C) + e * s + g * f);
             pj += (p - pj) * alpha;
             visit(k, ts + r_js * pj);
         }
@@ -325,6 +353,10 @@ mod tests {
             model.observe((tj).round(), p, d);
         }
         assert!((model.params.r_js_k_per_w - rjs).abs() < 0.02, "r_js {}", model.params.r_js_k_per_w);
+        // The integral-form fit finds the heatsink capacity and full-airflow resistance.
+        let [a, _, c, _, _] = model.params.sink;
+        assert!((1.0 / a - cs).abs() < 0.3 * cs, "capacity {}", 1.0 / a);
+        assert!((a / c - rfull).abs() < 0.3 * rfull, "full-airflow resistance {}", a / c);
         // Predict 120 s of 250 W at 50 % from the current state and compare with the truth.
         let start = tj;
         let mut predicted = 0.0;
