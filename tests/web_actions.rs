@@ -229,6 +229,20 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
     let first = ready_engine(&rig, None, READY_WITHIN);
     assert_eq!(engine(&rig)["profile"], "tiny-cpu-test", "built-in profiles before any update");
 
+    // The CLI's own gate restarts no engines: beside a running supervisor it refuses and names
+    // the API, and installs nothing.
+    let cli = lucebox()
+        .args(["ota", "apply", "--health-cmd", "/bin/true", "--repo"])
+        .arg(&repo)
+        .env("LUCEBOX_STATE_DIR", &rig.state)
+        .env("LUCEBOX_WEB__PORT", rig.web_port.to_string())
+        .env("LUCEBOX_OTA__TRUSTED_ROOT", repo.join("root.json"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(!cli.status.success() && said.contains("/api/v1/ota/apply"), "{said}");
+    assert_eq!(ota(&rig)["active_set"], Value::Null, "the refused CLI installed nothing");
+
     let (status, _) = http(rig.web_port, "POST", "/api/v1/ota/apply", "").expect("web answers");
     assert_eq!(status, 401);
     let asked = Instant::now();

@@ -179,6 +179,32 @@ fn updater(config: &Config, source: &SourceArgs) -> anyhow::Result<Updater> {
     })
 }
 
+/// The CLI's gate restarts no engines, so applying beside a running `lucebox run` would swap the
+/// profile set under engines that keep the old plan. Refuse, and name the supervisor's own path,
+/// whose gate replans and restarts the engines.
+async fn refuse_beside_a_running_supervisor(config: &Config, what: &str) -> anyhow::Result<()> {
+    let port = config.web.port;
+    let url = url::Url::parse(&format!("http://127.0.0.1:{port}/healthz"))?;
+    let quick =
+        super::http::Timeouts { response: Duration::from_millis(500), chunk: Duration::from_millis(500) };
+    let Ok(mut answer) = HttpClient::new(quick, None)?.get(&url, 0).await else { return Ok(()) };
+    let mut body = Vec::new();
+    while let Some(Ok(chunk)) = answer.body.recv().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > 4096 {
+            break;
+        }
+    }
+    let ours = serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|v| v["ok"] == true);
+    anyhow::ensure!(
+        !ours,
+        "a supervisor (`lucebox run`) answers on 127.0.0.1:{port}: {what} through it, so its engines are \
+         replanned and health-gated: `curl -X POST -H \"Authorization: Bearer $(lucebox token)\" \
+         http://127.0.0.1:{port}/api/v1/ota/{what}` (add -d '{{\"force\": true}}' to apply while engines serve)"
+    );
+    Ok(())
+}
+
 fn gate(args: &GateArgs) -> CommandActivator {
     CommandActivator { program: args.health_cmd.clone(), allowance: Duration::from_secs(args.allowance_s) }
 }
@@ -215,6 +241,7 @@ async fn run_ota(config: &Config, command: OtaCommand) -> anyhow::Result<ExitCod
             Ok(ExitCode::SUCCESS)
         }
         OtaCommand::Apply(args) => {
+            refuse_beside_a_running_supervisor(config, "apply").await?;
             let updater = updater(config, &args.source)?;
             let options = ApplyOptions {
                 force: args.force,
@@ -239,6 +266,7 @@ async fn run_ota(config: &Config, command: OtaCommand) -> anyhow::Result<ExitCod
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
         OtaCommand::Rollback(args) => {
+            refuse_beside_a_running_supervisor(config, "rollback").await?;
             let set = updater::rollback(&paths(config), &StatusModel::new(), &gate(&args)).await?;
             println!("active: v{} ({})", set.version, set.sha256);
             Ok(ExitCode::SUCCESS)
