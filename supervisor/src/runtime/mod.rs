@@ -9,9 +9,11 @@ mod engine;
 mod exit;
 pub mod load;
 mod loglines;
+pub mod memory;
 mod policy;
 pub mod probe;
 pub mod process;
+pub mod progress;
 mod supervisor;
 
 use std::path::Path;
@@ -99,7 +101,9 @@ pub async fn run_plan(
 ) -> Result<(), RuntimeError> {
     let policy = SupervisionPolicy::default();
     match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
-        ResolvedMode::Process => run_with(ProcessRuntime::new(), plan, policy, status, cancel).await,
+        ResolvedMode::Process => {
+            run_groups(ProcessRuntime::new(), plan, policy, status, cancel, Some(&config.state_dir)).await
+        }
         ResolvedMode::Docker => {
             let runtime = DockerRuntime::connect(
                 &config.runtime.docker_socket,
@@ -107,18 +111,32 @@ pub async fn run_plan(
                 ContainerLimits::for_this_host(),
             )
             .await?;
-            run_with(runtime, plan, policy, status, cancel).await
+            run_groups(runtime, plan, policy, status, cancel, Some(&config.state_dir)).await
         }
     }
 }
 
-/// Runs `plan` on a given runtime with a given policy (benchmarks and tests pick both).
+/// Runs `plan` on a given runtime with a given policy (benchmarks and tests pick both); nothing
+/// is remembered across runs.
 pub async fn run_with<R: EngineRuntime>(
     runtime: R,
     plan: &Plan,
     policy: SupervisionPolicy,
     status: StatusModel,
     cancel: CancellationToken,
+) -> Result<(), RuntimeError> {
+    run_groups(runtime, plan, policy, status, cancel, None).await
+}
+
+/// Runs every group; with a `state_dir`, each group's crash-loop step-down is remembered there
+/// (`memory.rs`).
+async fn run_groups<R: EngineRuntime>(
+    runtime: R,
+    plan: &Plan,
+    policy: SupervisionPolicy,
+    status: StatusModel,
+    cancel: CancellationToken,
+    state_dir: Option<&Path>,
 ) -> Result<(), RuntimeError> {
     validate_plan(plan)?;
     status.update(|s| s.plan = Some(plan.clone()));
@@ -132,6 +150,10 @@ pub async fn run_with<R: EngineRuntime>(
             status.clone(),
             cancel.child_token(),
         );
+        let supervisor = match state_dir {
+            Some(dir) => supervisor.remember_in(dir),
+            None => supervisor,
+        };
         tasks.spawn(supervisor.run());
     }
     let mut first_error = None;
