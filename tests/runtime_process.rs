@@ -112,7 +112,7 @@ fn load_progress_matches_the_engine_output() {
 
     // What the engine prints, read directly.
     let port = free_port();
-    let mut direct = std::process::Command::new(server())
+    let direct = std::process::Command::new(server())
         .args(engine_args(&model(), port))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
