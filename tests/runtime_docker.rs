@@ -38,11 +38,14 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     assert_eq!(docker(&["inspect", "-f", "{{index .Config.Labels \"lucebox.plan\"}}", &id]).len(), 16);
     chat(port);
 
-    unsafe { libc::kill(container_pid(&id), libc::SIGKILL) };
+    let pid = container_pid(&id);
+    unsafe { libc::kill(pid, libc::SIGKILL) };
     let engine =
         sup.wait_engine("d-kill9", READY, "ready after kill -9", |e| restarts(e) == 1 && state(e) == "ready");
     assert!(engine["last_exit"].as_str().unwrap().contains("137"), "{engine}");
-    assert_ne!(instance(&engine), id);
+    // Same plan, same image: the dead container is started again, not re-created.
+    assert_eq!(instance(&engine), id);
+    assert_ne!(container_pid(&id), pid);
     assert_one_container("d-kill9", port);
     chat(port);
 }

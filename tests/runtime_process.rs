@@ -49,8 +49,9 @@ fn hung_engine_is_restarted_by_liveness_probes() {
     );
 }
 
+/// The step-down is remembered: a restarted supervisor starts at the fallback and says why.
 #[test]
-fn crash_loop_steps_down_to_the_fallback() {
+fn crash_loop_steps_down_to_the_fallback_and_remembers_it() {
     let port = free_port();
     let mut plan = tiny_plan("p-loop", port, false);
     let good = plan.groups[0].choice.clone();
@@ -70,6 +71,76 @@ fn crash_loop_steps_down_to_the_fallback() {
     let events = sup.status().unwrap()["events"].to_string();
     assert!(events.contains("stepped down"), "{events}");
     chat(port);
+
+    let memory = sup.state_dir().join("runtime/p-loop.json");
+    let remembered: serde_json::Value = serde_json::from_slice(&std::fs::read(&memory).unwrap()).unwrap();
+    assert_eq!(remembered["choice_index"], 1, "{remembered}");
+    assert_eq!(remembered["choice"], "cpu/tiny", "{remembered}");
+    let sup = sup.crash_and_restart("process");
+    let engine = sup.wait_ready("p-loop", READY);
+    assert_eq!(engine["profile"], "tiny", "starts at the fallback: {engine}");
+    assert_eq!(restarts(&engine), 0, "the broken choice was not retried: {engine}");
+    let reason = engine["fallback_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("crash loop on cpu/broken") && reason.contains("remembered"), "{engine}");
+    chat(port);
+}
+
+/// A changed plan starts over at its first choice and forgets the old step-down.
+#[test]
+fn a_changed_plan_forgets_the_remembered_step_down() {
+    let port = free_port();
+    let plan = tiny_plan("p-forget", port, false);
+    let sup = Supervisor::start(&plan, "process");
+    let memory = sup.state_dir().join("runtime/p-forget.json");
+    std::fs::create_dir_all(memory.parent().unwrap()).unwrap();
+    let stale =
+        r#"{"plan":"0000000000000000","choice_index":1,"choice":"cpu/x","reason":"old","since_unix_ms":0}"#;
+    std::fs::write(&memory, stale).unwrap();
+    let sup = sup.crash_and_restart("process");
+    let engine = sup.wait_ready("p-forget", READY);
+    assert_eq!(engine["profile"], "tiny");
+    assert!(engine["fallback_reason"].is_null(), "{engine}");
+    assert!(!memory.exists(), "memory of another plan left behind");
+}
+
+/// Load progress comes from the engine's own stderr: what the supervisor shows matches what the
+/// real llama-server prints (a dot bar reaches 100; no bar leaves it unknown).
+#[test]
+fn load_progress_matches_the_engine_output() {
+    use lucebox::runtime::progress::DotProgress;
+    use lucebox::runtime::{EngineInstance, EngineRuntime, ProcessRuntime};
+
+    // What the engine prints, read directly.
+    let port = free_port();
+    let direct = std::process::Command::new(server())
+        .args(engine_args(&model(), port))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_healthy(port);
+    unsafe { libc::kill(direct.id() as i32, libc::SIGTERM) };
+    let output = direct.wait_with_output().unwrap();
+    let mut parser = DotProgress::default();
+    let expected = output.stderr.chunks(1).filter_map(|b| parser.feed(b)).last();
+    assert!(matches!(expected, None | Some(100)), "a finished load ends at 100: {expected:?}");
+
+    // What the process runtime parses from the same engine.
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let seen = tokio.block_on(async {
+        let port = free_port();
+        let choice = choice(&server().display().to_string(), engine_args(&model(), port), port, "tiny");
+        let instance = ProcessRuntime::new().start("p-progress", &choice).await.unwrap();
+        tokio::task::spawn_blocking(move || wait_healthy(port)).await.unwrap();
+        // The bar is printed before /health says 200; give the reader a moment to drain it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seen = *instance.load_progress().borrow();
+        instance.stop(Duration::from_secs(5)).await.unwrap();
+        seen
+    });
+    eprintln!("llama-server load progress: direct {expected:?}, through the runtime {seen:?}");
+    assert_eq!(seen, expected);
 }
 
 #[test]

@@ -56,18 +56,13 @@ impl Actions for Recording {
 
 fn engine(state: EngineState, tokens_per_s: f64) -> EngineStatus {
     EngineStatus {
-        name: "engine-0".into(),
         state,
         variant: "cpu-avx2".into(),
         profile: "tiny-test".into(),
         port: 8080,
-        runtime: "process".into(),
-        instance: None,
         restarts: 1,
-        last_exit: None,
-        fallback_reason: None,
-        since_unix_ms: 0,
         load: Some(LoadSnapshot { tokens_per_s, ..LoadSnapshot::default() }),
+        ..EngineStatus::new("engine-0", "process", 0)
     }
 }
 

@@ -64,18 +64,12 @@ async fn publish_engine_state(
             s.engines.insert(
                 ENGINE_NAME.into(),
                 EngineStatus {
-                    name: ENGINE_NAME.into(),
                     state,
                     variant: "cpu".into(),
                     profile: "tiny-test".into(),
                     port: engine.port(),
-                    runtime: "process".into(),
-                    instance: None,
-                    restarts: 0,
-                    last_exit: None,
-                    fallback_reason: None,
-                    since_unix_ms: since,
                     load,
+                    ..EngineStatus::new(ENGINE_NAME, "process", since)
                 },
             );
         });

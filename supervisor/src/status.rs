@@ -60,6 +60,26 @@ pub struct EngineStatus {
     pub load: Option<LoadSnapshot>,
 }
 
+impl EngineStatus {
+    /// An engine published before its first start: no variant, profile or port chosen yet.
+    pub fn new(name: impl Into<String>, runtime: impl Into<String>, since_unix_ms: u64) -> Self {
+        Self {
+            name: name.into(),
+            state: EngineState::Starting,
+            variant: String::new(),
+            profile: String::new(),
+            port: 0,
+            runtime: runtime.into(),
+            instance: None,
+            restarts: 0,
+            last_exit: None,
+            fallback_reason: None,
+            since_unix_ms,
+            load: None,
+        }
+    }
+}
+
 /// What the engine's queue shows right now.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LoadSnapshot {

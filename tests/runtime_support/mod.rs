@@ -121,6 +121,8 @@ impl Supervisor {
             .arg("--status-file")
             .arg(dir.path().join("status.json"))
             .env("LUCEBOX_LOG", "info")
+            // Per test: the remembered step-downs (`<state_dir>/runtime/`) survive a crash_and_restart.
+            .env("LUCEBOX_STATE_DIR", dir.path().join("state"))
             .env_remove("LUCEBOX_CONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -138,6 +140,10 @@ impl Supervisor {
             serde_json::from_slice(&std::fs::read(self.dir.path().join("plan.json")).unwrap()).unwrap();
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
         Self::start_in(&plan, runtime, dir)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     pub fn pid(&self) -> i32 {
@@ -260,6 +266,21 @@ pub fn eventually(timeout: Duration, cond: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     cond()
+}
+
+/// Waits (up to 30 s) until the engine on `port` answers 200 on `/health`.
+pub fn wait_healthy(port: u16) {
+    let healthy = || {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let mut response = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut response).is_ok()
+            && response.starts_with("HTTP/1.1 200")
+    };
+    assert!(eventually(Duration::from_secs(30), healthy), "engine on port {port} not healthy within 30 s");
 }
 
 /// A chat completion through the engine's OpenAI API: structure only (the model is random).

@@ -442,18 +442,9 @@ mod tests {
 
     fn serving(name: &str) -> EngineStatus {
         EngineStatus {
-            name: name.into(),
             state: EngineState::Ready,
-            variant: "cpu".into(),
-            profile: "tiny".into(),
-            port: 1,
-            runtime: "process".into(),
-            instance: None,
-            restarts: 0,
-            last_exit: None,
-            fallback_reason: None,
-            since_unix_ms: 0,
             load: Some(LoadSnapshot { requests_processing: 1, ..LoadSnapshot::default() }),
+            ..EngineStatus::new(name, "process", 0)
         }
     }
 

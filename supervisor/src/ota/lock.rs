@@ -183,18 +183,9 @@ mod tests {
             s.engines.insert(
                 "e0".into(),
                 EngineStatus {
-                    name: "e0".into(),
                     state: EngineState::Ready,
-                    variant: String::new(),
-                    profile: String::new(),
-                    port: 8080,
-                    runtime: "process".into(),
-                    instance: None,
-                    restarts: 0,
-                    last_exit: None,
-                    fallback_reason: None,
-                    since_unix_ms: 0,
                     load: Some(LoadSnapshot { requests_processing: 1, ..Default::default() }),
+                    ..EngineStatus::new("e0", "process", 0)
                 },
             );
         });

@@ -6,8 +6,9 @@
 //! stream (only `die`/`destroy` of our container are asked for, so health-check `exec_*` noise
 //! never arrives); when dockerd goes away the watcher reconnects and asks for the state again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bollard::errors::Error as BollardError;
@@ -22,7 +23,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::{plan_hash, EngineInstance, EngineRuntime};
-use super::{loglines, Exit, RuntimeError};
+use super::loglines::{self, LineBuffer};
+use super::progress::ProgressSink;
+use super::{Exit, RuntimeError};
 use crate::plan::{Choice, Launch};
 
 pub const LABEL_ENGINE: &str = "lucebox.engine";
@@ -61,6 +64,10 @@ pub struct DockerRuntime {
     docker: Docker,
     image: String,
     limits: ContainerLimits,
+    /// Containers whose death the watchers saw. dockerd sends `die` before its container list
+    /// says so (the list still shows them running while it cleans up), so a restart trusts
+    /// this over the list: a dead container is started again, not force-removed as a duplicate.
+    died: Arc<Mutex<HashSet<String>>>,
 }
 
 impl DockerRuntime {
@@ -71,15 +78,15 @@ impl DockerRuntime {
         let docker = Docker::connect_with_unix(&socket_name, API_TIMEOUT_S, API_DEFAULT_VERSION)
             .map_err(connect_error)?;
         docker.ping().await.map_err(connect_error)?;
-        Ok(Self { docker, image: image.to_string(), limits })
+        Ok(Self { docker, image: image.to_string(), limits, died: Arc::default() })
     }
 
     pub fn client(&self) -> &Docker {
         &self.docker
     }
 
-    /// Containers of engine `name`, in any state: (id, plan hash, running).
-    pub async fn containers_of(&self, name: &str) -> Result<Vec<(String, String, bool)>, RuntimeError> {
+    /// Containers of engine `name`, in any state.
+    pub async fn containers_of(&self, name: &str) -> Result<Vec<EngineContainer>, RuntimeError> {
         let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_ENGINE}={name}")])]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let found =
@@ -89,12 +96,13 @@ impl DockerRuntime {
             .filter_map(|c| {
                 let plan = c.labels.as_ref().and_then(|l| l.get(LABEL_PLAN)).cloned().unwrap_or_default();
                 let running = c.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING);
-                Some((c.id?, plan, running))
+                Some(EngineContainer { id: c.id?, plan, running, image_id: c.image_id.unwrap_or_default() })
             })
             .collect())
     }
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        self.died.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
@@ -120,18 +128,81 @@ impl DockerRuntime {
         }
     }
 
-    fn instance(&self, engine: &str, id: String, since_unix_s: i64) -> DockerInstance {
+    /// Watches container `id` for deaths after `after_nanos` (Unix ns; earlier `die` events are
+    /// of an earlier run of the same container) and forwards its output; `logs_from` skips
+    /// output older than that (Unix ns) of a container started again in place.
+    fn instance(&self, engine: &str, id: String, after_nanos: i64, logs_from: Option<i64>) -> DockerInstance {
         let (exit_tx, exit_rx) = watch::channel(None);
+        let (progress_tx, progress) = watch::channel(None);
         let watcher = CancellationToken::new();
-        tokio::spawn(watch_container(
+        let died = self.died.clone();
+        let dead_id = id.clone();
+        let publish = move |exit: Exit| {
+            if matches!(exit, Exit::Code(_)) {
+                died.lock().unwrap_or_else(|e| e.into_inner()).insert(dead_id.clone());
+            }
+            let _ = exit_tx.send(Some(exit));
+        };
+        tokio::spawn(watch_container(self.docker.clone(), id.clone(), after_nanos, publish, watcher.clone()));
+        tokio::spawn(forward_logs(
             self.docker.clone(),
+            engine.to_string(),
             id.clone(),
-            since_unix_s,
-            exit_tx,
+            logs_from,
+            ProgressSink::new(progress_tx),
             watcher.clone(),
         ));
-        tokio::spawn(forward_logs(self.docker.clone(), engine.to_string(), id.clone(), watcher.clone()));
-        DockerInstance { runtime: self.clone(), engine: engine.to_string(), id, exit: exit_rx, watcher }
+        DockerInstance {
+            runtime: self.clone(),
+            engine: engine.to_string(),
+            id,
+            exit: exit_rx,
+            progress,
+            watcher,
+        }
+    }
+
+    /// Creates and starts a new container for `choice` (what Docker itself takes to bring the
+    /// engine up from nothing: the bench's bare start).
+    pub async fn start_fresh(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+        let hash = plan_hash(choice, &self.image);
+        let body = self.container_body(name, &hash, &choice.launch);
+        // Unique per start: a dead predecessor may still be being removed.
+        let options = CreateContainerOptions {
+            name: Some(format!("lucebox-{name}-{}-{:04x}", &hash[..8], unique_suffix())),
+            ..Default::default()
+        };
+        let after = unix_nanos();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(docker_error("create container"))?;
+        let instance = self.instance(name, created.id.clone(), after, None);
+        if let Err(e) = self.docker.start_container(&created.id, None).await {
+            self.remove(&created.id).await?;
+            return Err(docker_error("start container")(e));
+        }
+        Ok(instance)
+    }
+
+    /// Starts the stopped container `id` again (same configuration, no create): the fast path of
+    /// a restart. `None` when Docker refuses (removed meanwhile, broken): the caller creates one.
+    async fn start_again(&self, name: &str, id: &str) -> Option<DockerInstance> {
+        let after = unix_nanos();
+        let instance = self.instance(name, id.to_string(), after, Some(after));
+        match self.docker.start_container(id, None).await {
+            Ok(()) => Some(instance),
+            Err(e) => {
+                tracing::info!(engine = name, container = %short(id), "cannot start it again ({e}); creating a new one");
+                None
+            }
+        }
+    }
+
+    /// The id of the configured image (`None` if Docker does not know it).
+    async fn image_id(&self) -> Option<String> {
+        self.docker.inspect_image(&self.image).await.ok().and_then(|i| i.id)
     }
 }
 
@@ -205,11 +276,22 @@ fn device_groups(devices: &[String]) -> Vec<String> {
     gids.into_iter().map(|g| g.to_string()).collect()
 }
 
+/// One container of an engine, as listed.
+#[derive(Debug, Clone)]
+pub struct EngineContainer {
+    pub id: String,
+    /// Its `lucebox.plan` label.
+    pub plan: String,
+    pub running: bool,
+    pub image_id: String,
+}
+
 pub struct DockerInstance {
     runtime: DockerRuntime,
     engine: String,
     id: String,
     exit: watch::Receiver<Option<Exit>>,
+    progress: watch::Receiver<Option<u8>>,
     /// Ends the watcher and log tasks when the instance is done.
     watcher: CancellationToken,
 }
@@ -238,43 +320,53 @@ impl EngineRuntime for DockerRuntime {
     async fn adopt(&self, name: &str, choice: &Choice) -> Result<Option<DockerInstance>, RuntimeError> {
         let hash = plan_hash(choice, &self.image);
         let mut adopted = None;
-        for (id, plan, running) in self.containers_of(name).await? {
-            if adopted.is_none() && running && plan == hash {
-                adopted = Some(id);
+        // A die after this instant is of the run being adopted (it was running when listed);
+        // one between listing and subscribing is replayed, and the watcher's first inspect
+        // catches it too.
+        let listed = unix_nanos();
+        for c in self.containers_of(name).await? {
+            if adopted.is_none() && c.running && c.plan == hash {
+                adopted = Some(c.id);
             } else {
-                tracing::info!(engine = name, container = %id, "removing stale engine container");
-                self.remove(&id).await?;
+                tracing::info!(engine = name, container = %c.id, "removing stale engine container");
+                self.remove(&c.id).await?;
             }
         }
-        // Replay from a minute back: a die between listing and subscribing is not missed.
-        Ok(adopted.map(|id| self.instance(name, id, unix_s() - 60)))
+        Ok(adopted.map(|id| self.instance(name, id, listed, None)))
     }
 
     async fn start(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+        let hash = plan_hash(choice, &self.image);
+        let (containers, image_id) = tokio::join!(self.containers_of(name), self.image_id());
+        let mut reusable = None;
         let mut dead = Vec::new();
-        for (id, _, running) in self.containers_of(name).await? {
-            if running {
+        for c in containers? {
+            let died = self.died.lock().unwrap_or_else(|e| e.into_inner()).remove(&c.id);
+            if c.running && !died {
                 // Would hold the port (and be a duplicate): gone before the new one starts.
-                self.remove(&id).await?;
+                self.remove(&c.id).await?;
+            } else if reusable.is_none() && c.plan == hash && image_id.as_deref() == Some(c.image_id.as_str())
+            {
+                // Same plan, same image: starting it again skips the create (the restart path).
+                reusable = Some(c.id);
             } else {
-                dead.push(id);
+                dead.push(c.id);
             }
         }
-        let hash = plan_hash(choice, &self.image);
-        let body = self.container_body(name, &hash, &choice.launch);
-        // Unique per start: a dead predecessor may still be being removed.
-        let options = CreateContainerOptions {
-            name: Some(format!("lucebox-{name}-{}-{:04x}", &hash[..8], unique_suffix())),
-            ..Default::default()
+        let reused = match reusable {
+            Some(id) => match self.start_again(name, &id).await {
+                Some(instance) => Some(instance),
+                None => {
+                    dead.push(id);
+                    None
+                }
+            },
+            None => None,
         };
-        let since = unix_s() - 1;
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(docker_error("create container"))?;
-        let instance = self.instance(name, created.id.clone(), since);
-        let started = self.docker.start_container(&created.id, None).await;
+        let started = match reused {
+            Some(instance) => Ok(instance),
+            None => self.start_fresh(name, choice).await,
+        };
         // Dead predecessors go once the new engine runs: removing them must not delay it.
         let runtime = self.clone();
         tokio::spawn(async move {
@@ -284,11 +376,7 @@ impl EngineRuntime for DockerRuntime {
                 }
             }
         });
-        if let Err(e) = started {
-            self.remove(&created.id).await?;
-            return Err(docker_error("start container")(e));
-        }
-        Ok(instance)
+        started
     }
 }
 
@@ -302,6 +390,10 @@ impl EngineInstance for DockerInstance {
             Ok(exit) => exit.clone().unwrap_or_else(|| Exit::Gone("unknown".into())),
             Err(_) => Exit::Gone("container watcher ended".into()),
         }
+    }
+
+    fn load_progress(&self) -> watch::Receiver<Option<u8>> {
+        self.progress.clone()
     }
 
     async fn stop(mut self, grace: Duration) -> Result<Exit, RuntimeError> {
@@ -330,11 +422,12 @@ impl EngineInstance for DockerInstance {
 async fn watch_container(
     docker: Docker,
     id: String,
-    since_unix_s: i64,
-    exit_tx: watch::Sender<Option<Exit>>,
+    after_nanos: i64,
+    publish: impl Fn(Exit),
     cancel: CancellationToken,
 ) {
-    let mut since = since_unix_s;
+    // Whole seconds, a second back: the nanosecond filter below drops what is older.
+    let mut since = after_nanos / 1_000_000_000 - 1;
     loop {
         let filters = HashMap::from([
             ("type".to_string(), vec!["container".to_string()]),
@@ -354,7 +447,7 @@ async fn watch_container(
                 _ = tokio::time::sleep(Duration::from_millis(200)), if !checked => {
                     checked = true;
                     if let Some(exit) = inspect_exit(&docker, &id).await {
-                        let _ = exit_tx.send(Some(exit));
+                        publish(exit);
                         return;
                     }
                     continue;
@@ -362,8 +455,12 @@ async fn watch_container(
             };
             match next {
                 Some(Ok(event)) => {
+                    // A die of an earlier run of this container (started again in place).
+                    if event.time_nano.is_some_and(|t| t < after_nanos) {
+                        continue;
+                    }
                     if let Some(exit) = exit_of(&event) {
-                        let _ = exit_tx.send(Some(exit));
+                        publish(exit);
                         return;
                     }
                 }
@@ -379,10 +476,10 @@ async fn watch_container(
             return;
         }
         if let Some(exit) = inspect_exit(&docker, &id).await {
-            let _ = exit_tx.send(Some(exit));
+            publish(exit);
             return;
         }
-        since = unix_s() - 1;
+        since = unix_nanos() / 1_000_000_000 - 1;
     }
 }
 
@@ -433,29 +530,83 @@ async fn wait_for_daemon(docker: &Docker, cancel: &CancellationToken) -> bool {
     }
 }
 
-/// The container's output into the supervisor log, prefixed with the engine name.
-async fn forward_logs(docker: Docker, engine: String, id: String, cancel: CancellationToken) {
-    let options =
-        LogsOptions { follow: true, stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+/// The container's output into the supervisor log, prefixed with the engine name; stderr also
+/// feeds the load-progress parser. `from_nanos`: skip output older than that (Unix ns), i.e.
+/// that of earlier runs of a container started again in place (Docker's `since` is whole seconds,
+/// so lines carry timestamps and are filtered here).
+async fn forward_logs(
+    docker: Docker,
+    engine: String,
+    id: String,
+    from_nanos: Option<i64>,
+    mut progress: ProgressSink,
+    cancel: CancellationToken,
+) {
+    let options = LogsOptions {
+        follow: true,
+        stdout: true,
+        stderr: true,
+        tail: "all".into(),
+        timestamps: from_nanos.is_some(),
+        since: from_nanos.map_or(0, |n| (n / 1_000_000_000) as i32),
+        ..Default::default()
+    };
     let mut logs = docker.logs(&id, Some(options));
+    let (mut stdout, mut stderr) = (LineBuffer::default(), LineBuffer::default());
     loop {
         let chunk = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => break,
             chunk = logs.next() => chunk,
         };
-        match chunk {
-            Some(Ok(output)) => {
-                let stream = match &output {
-                    bollard::container::LogOutput::StdErr { .. } => "stderr",
-                    _ => "stdout",
-                };
-                for line in output.into_bytes().split(|&b| b == b'\n') {
-                    loglines::log_line(&engine, stream, &line[..line.len().min(loglines::MAX_LINE)]);
-                }
+        let output = match chunk {
+            Some(Ok(output)) => output,
+            Some(Err(_)) | None => break,
+        };
+        let is_stderr = matches!(output, bollard::container::LogOutput::StdErr { .. });
+        let frame = output.into_bytes();
+        let mut bytes = &frame[..];
+        if let Some(from) = from_nanos {
+            // "<RFC 3339 time> <output>"
+            let space = bytes.iter().position(|&b| b == b' ').unwrap_or(0);
+            let stamp = std::str::from_utf8(&bytes[..space]).ok().and_then(parse_rfc3339_nanos);
+            if stamp.is_some_and(|t| t < from) {
+                continue;
             }
-            Some(Err(_)) | None => return,
+            bytes = &bytes[(space + 1).min(bytes.len())..];
+        }
+        if is_stderr {
+            progress.feed(bytes);
+            stderr.push(bytes, |line| loglines::log_line(&engine, "stderr", line));
+        } else {
+            stdout.push(bytes, |line| loglines::log_line(&engine, "stdout", line));
         }
     }
+    stdout.flush(|line| loglines::log_line(&engine, "stdout", line));
+    stderr.flush(|line| loglines::log_line(&engine, "stderr", line));
+}
+
+/// Unix nanoseconds of an RFC 3339 time in UTC as Docker writes it
+/// (`2026-12-03T02:11:36.123456789Z`); `None` for anything else.
+fn parse_rfc3339_nanos(text: &str) -> Option<i64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || frac.len() > 9 {
+        return None;
+    }
+    let nanos: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + min * 60 + sec) * 1_000_000_000) + nanos)
 }
 
 fn is_status(err: &BollardError, code: u16) -> bool {
@@ -466,8 +617,8 @@ fn docker_error(what: &'static str) -> impl Fn(BollardError) -> RuntimeError {
     move |source| RuntimeError::Docker { what: what.to_string(), source }
 }
 
-fn unix_s() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+fn unix_nanos() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 fn unique_suffix() -> u16 {
@@ -542,6 +693,17 @@ mod tests {
         let hc = host_config(&Launch::default(), &ContainerLimits { memory_bytes: None, pids: 1 });
         assert!(hc.device_requests.is_none());
         assert!(hc.devices.unwrap().is_empty());
+    }
+
+    #[test]
+    fn docker_log_times_parse_to_unix_nanos() {
+        assert_eq!(parse_rfc3339_nanos("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_nanos("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
+        // date -u -d 2026-12-03T02:11:36Z +%s → 1796263896
+        assert_eq!(parse_rfc3339_nanos("2026-12-03T02:11:36.000000123Z"), Some(1_796_263_896_000_000_123));
+        assert_eq!(parse_rfc3339_nanos("2000-02-29T00:00:00Z"), Some(951_782_400_000_000_000));
+        assert_eq!(parse_rfc3339_nanos("2026-12-03T02:11:36+01:00"), None);
+        assert_eq!(parse_rfc3339_nanos("garbage"), None);
     }
 
     #[test]

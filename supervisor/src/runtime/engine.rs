@@ -43,6 +43,9 @@ pub trait EngineInstance: Send + 'static {
     /// Resolves when the engine has ended. Cancel-safe: use it in `select!`, call it again.
     fn exited(&mut self) -> impl Future<Output = Exit> + Send;
 
+    /// Model load progress in percent parsed from the engine's output (`None`: not reported).
+    fn load_progress(&self) -> tokio::sync::watch::Receiver<Option<u8>>;
+
     /// Asks the engine to stop (SIGTERM), kills it after `grace`, and cleans up after it.
     fn stop(self, grace: Duration) -> impl Future<Output = Result<Exit, RuntimeError>> + Send;
 }

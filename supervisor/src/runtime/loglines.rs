@@ -1,21 +1,35 @@
-//! Engine output into the supervisor's log, one bounded line at a time, prefixed by the engine.
+//! Engine output into the supervisor's log, one bounded line at a time, prefixed by the engine;
+//! the raw bytes of stderr also go to the load-progress parser (its bar has no newlines until
+//! it is full, so it cannot wait for lines).
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::progress::ProgressSink;
 
 /// Longer lines are cut: an engine printing without newlines must not grow our memory.
 pub const MAX_LINE: usize = 8 * 1024;
 
-/// Copies `reader` to the log until it closes.
-pub async fn forward(engine: String, stream: &'static str, reader: impl AsyncRead + Unpin) {
-    let mut reader = BufReader::new(reader);
-    let mut line = Vec::with_capacity(256);
+/// Copies `reader` to the log until it closes, feeding `progress` the raw chunks.
+pub async fn forward(
+    engine: String,
+    stream: &'static str,
+    mut reader: impl AsyncRead + Unpin,
+    mut progress: Option<ProgressSink>,
+) {
+    let mut lines = LineBuffer::default();
+    let mut chunk = vec![0u8; 8 * 1024];
     loop {
-        line.clear();
-        match read_bounded_line(&mut reader, &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => log_line(&engine, stream, &line),
+        match reader.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(progress) = progress.as_mut() {
+                    progress.feed(&chunk[..n]);
+                }
+                lines.push(&chunk[..n], |line| log_line(&engine, stream, line));
+            }
         }
     }
+    lines.flush(|line| log_line(&engine, stream, line));
 }
 
 pub fn log_line(engine: &str, stream: &str, line: &[u8]) {
@@ -26,27 +40,42 @@ pub fn log_line(engine: &str, stream: &str, line: &[u8]) {
     }
 }
 
-/// Reads up to a newline or [`MAX_LINE`] bytes; returns bytes consumed (0 at end of stream).
-async fn read_bounded_line<R: AsyncBufReadExt + Unpin>(
-    reader: &mut R,
-    line: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    let mut consumed = 0;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(consumed);
+/// Splits raw chunks into lines of at most [`MAX_LINE`] bytes (a longer line is emitted in
+/// pieces), keeping a partial last line for the next chunk.
+#[derive(Debug, Default)]
+pub struct LineBuffer {
+    partial: Vec<u8>,
+}
+
+impl LineBuffer {
+    pub fn push(&mut self, mut bytes: &[u8], mut emit: impl FnMut(&[u8])) {
+        while !bytes.is_empty() {
+            let room = MAX_LINE - self.partial.len();
+            match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) if i < room => {
+                    self.partial.extend_from_slice(&bytes[..=i]);
+                    bytes = &bytes[i + 1..];
+                    emit(&self.partial);
+                    self.partial.clear();
+                }
+                _ => {
+                    let take = bytes.len().min(room);
+                    self.partial.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if self.partial.len() == MAX_LINE {
+                        emit(&self.partial);
+                        self.partial.clear();
+                    }
+                }
+            }
         }
-        let room = MAX_LINE - line.len();
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) if i < room => (i + 1, true),
-            _ => (buf.len().min(room), buf.len() >= room),
-        };
-        line.extend_from_slice(&buf[..take]);
-        reader.consume(take);
-        consumed += take;
-        if done {
-            return Ok(consumed);
+    }
+
+    /// Emits what is left (output that ended without a newline).
+    pub fn flush(&mut self, mut emit: impl FnMut(&[u8])) {
+        if !self.partial.is_empty() {
+            emit(&self.partial);
+            self.partial.clear();
         }
     }
 }
@@ -55,24 +84,30 @@ async fn read_bounded_line<R: AsyncBufReadExt + Unpin>(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn lines_are_split_and_bounded() {
+    fn split(chunks: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buffer = LineBuffer::default();
+        for chunk in chunks {
+            buffer.push(chunk, |l| out.push(l.to_vec()));
+        }
+        buffer.flush(|l| out.push(l.to_vec()));
+        out
+    }
+
+    #[test]
+    fn lines_are_split_joined_and_bounded() {
         let long = vec![b'x'; MAX_LINE + 10];
-        let mut input = b"one\ntwo\n".to_vec();
-        input.extend_from_slice(&long);
-        let mut reader = BufReader::new(&input[..]);
-        let mut line = Vec::new();
-        read_bounded_line(&mut reader, &mut line).await.unwrap();
-        assert_eq!(line, b"one\n");
-        line.clear();
-        read_bounded_line(&mut reader, &mut line).await.unwrap();
-        assert_eq!(line, b"two\n");
-        line.clear();
-        read_bounded_line(&mut reader, &mut line).await.unwrap();
-        assert_eq!(line.len(), MAX_LINE);
-        line.clear();
-        assert_eq!(read_bounded_line(&mut reader, &mut line).await.unwrap(), 10);
-        line.clear();
-        assert_eq!(read_bounded_line(&mut reader, &mut line).await.unwrap(), 0);
+        let out = split(&[b"one\ntw", b"o\n", &long]);
+        assert_eq!(out[0], b"one\n");
+        assert_eq!(out[1], b"two\n");
+        assert_eq!(out[2].len(), MAX_LINE);
+        assert_eq!(out[3].len(), 10);
+        assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn a_bar_of_dots_is_one_line() {
+        let out = split(&[b".", b".", b".\n", b"done\n"]);
+        assert_eq!(out, [b"...\n".to_vec(), b"done\n".to_vec()]);
     }
 }

@@ -10,12 +10,14 @@ mod exit;
 pub mod gpu_access;
 pub mod load;
 mod loglines;
+pub mod memory;
 mod policy;
 pub mod probe;
 pub mod process;
+pub mod progress;
 mod supervisor;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
@@ -91,7 +93,8 @@ pub fn in_container() -> bool {
 }
 
 /// Runs every group of `plan` on the configured runtime until `cancel` fires, then stops the
-/// engines with their grace period. Returns once nothing is left running.
+/// engines with their grace period. Returns once nothing is left running. Each group's
+/// crash-loop step-down is remembered under the state directory (`memory.rs`).
 pub async fn run_plan(
     plan: &Plan,
     config: &Config,
@@ -99,14 +102,8 @@ pub async fn run_plan(
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
     validate_plan(plan)?;
-    status.update(|s| s.plan = Some(plan.clone()));
-    let spawn = supervisor_spawner(config, status).await?;
-    let mut tasks = tokio::task::JoinSet::new();
-    for group in &plan.groups {
-        let handle = spawn(group.clone(), cancel.child_token());
-        tasks.spawn(async move { handle.await.unwrap_or_else(|e| Err(task_failed(e))) });
-    }
-    join_supervisors(tasks, &cancel).await
+    let spawn = supervisor_spawner(config, status.clone()).await?;
+    run_groups(plan, spawn, status, cancel).await
 }
 
 /// Starts one engine's supervision loop as a task on the runtime `lucebox run` resolved once at
@@ -117,14 +114,16 @@ pub type SpawnSupervisor = std::sync::Arc<
 >;
 
 /// Resolves the runtime from the configuration (connecting to dockerd in Docker mode) and returns
-/// a [`SpawnSupervisor`] for it with the default policy.
+/// a [`SpawnSupervisor`] for it with the default policy, remembering step-downs in the state
+/// directory.
 pub async fn supervisor_spawner(
     config: &Config,
     status: StatusModel,
 ) -> Result<SpawnSupervisor, RuntimeError> {
     let policy = SupervisionPolicy::default();
+    let memory = Some(config.state_dir.clone());
     match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
-        ResolvedMode::Process => Ok(spawner(ProcessRuntime::new(), policy, status)),
+        ResolvedMode::Process => Ok(spawner(ProcessRuntime::new(), policy, status, memory)),
         ResolvedMode::Docker => {
             let runtime = DockerRuntime::connect(
                 &config.runtime.docker_socket,
@@ -132,20 +131,32 @@ pub async fn supervisor_spawner(
                 ContainerLimits::for_this_host(),
             )
             .await?;
-            Ok(spawner(runtime, policy, status))
+            Ok(spawner(runtime, policy, status, memory))
         }
     }
 }
 
-fn spawner<R: EngineRuntime>(runtime: R, policy: SupervisionPolicy, status: StatusModel) -> SpawnSupervisor {
+/// With a `state_dir`, each group's crash-loop step-down is remembered there; without, nothing
+/// outlives the run.
+fn spawner<R: EngineRuntime>(
+    runtime: R,
+    policy: SupervisionPolicy,
+    status: StatusModel,
+    state_dir: Option<PathBuf>,
+) -> SpawnSupervisor {
     let runtime = std::sync::Arc::new(runtime);
     std::sync::Arc::new(move |group: GroupPlan, cancel: CancellationToken| {
         let supervisor = Supervisor::new(runtime.clone(), group, policy.clone(), status.clone(), cancel);
+        let supervisor = match &state_dir {
+            Some(dir) => supervisor.remember_in(dir),
+            None => supervisor,
+        };
         tokio::spawn(supervisor.run())
     })
 }
 
-/// Runs `plan` on a given runtime with a given policy (benchmarks and tests pick both).
+/// Runs `plan` on a given runtime with a given policy (benchmarks and tests pick both); nothing
+/// is remembered across runs.
 pub async fn run_with<R: EngineRuntime>(
     runtime: R,
     plan: &Plan,
@@ -154,18 +165,21 @@ pub async fn run_with<R: EngineRuntime>(
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
     validate_plan(plan)?;
+    let spawn = spawner(runtime, policy, status.clone(), None);
+    run_groups(plan, spawn, status, cancel).await
+}
+
+async fn run_groups(
+    plan: &Plan,
+    spawn: SpawnSupervisor,
+    status: StatusModel,
+    cancel: CancellationToken,
+) -> Result<(), RuntimeError> {
     status.update(|s| s.plan = Some(plan.clone()));
-    let runtime = std::sync::Arc::new(runtime);
     let mut tasks = tokio::task::JoinSet::new();
     for group in &plan.groups {
-        let supervisor = Supervisor::new(
-            runtime.clone(),
-            group.clone(),
-            policy.clone(),
-            status.clone(),
-            cancel.child_token(),
-        );
-        tasks.spawn(supervisor.run());
+        let handle = spawn(group.clone(), cancel.child_token());
+        tasks.spawn(async move { handle.await.unwrap_or_else(|e| Err(task_failed(e))) });
     }
     join_supervisors(tasks, &cancel).await
 }

@@ -1,5 +1,8 @@
-//! A small private HTTP/1 GET for the engine's `/health` (and the load endpoints), until the
-//! shared engine client (`lucebox_engine::client`) lands; then this file goes away.
+//! A small private HTTP/1 GET for the engine's `/health`, kept beside
+//! `lucebox_engine::EngineClient::health()` on purpose: supervision wants a fresh connection per
+//! probe (the client pools keep-alive connections, and a reused socket can answer for an engine
+//! whose accept loop is wedged), and a cheap refused connect during the 2 ms startup polls.
+//! The load sampler (`load.rs`) uses the shared client.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;

@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use super::engine::{EngineInstance, EngineRuntime};
+use super::progress::ProgressSink;
 use super::{loglines, Exit, RuntimeError};
 use crate::plan::Choice;
 
@@ -28,6 +29,7 @@ pub struct ProcessInstance {
     pgid: i32,
     child: Child,
     exit: Option<Exit>,
+    progress: tokio::sync::watch::Receiver<Option<u8>>,
 }
 
 impl EngineRuntime for ProcessRuntime {
@@ -73,11 +75,13 @@ impl EngineRuntime for ProcessRuntime {
         let mut child = command.spawn().map_err(spawn_error)?;
         let pid =
             child.id().ok_or_else(|| spawn_error(std::io::Error::other("exited before its pid was read")))?;
+        let (progress_tx, progress) = tokio::sync::watch::channel(None);
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(loglines::forward(name.to_string(), "stdout", stdout));
+            tokio::spawn(loglines::forward(name.to_string(), "stdout", stdout, None));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(loglines::forward(name.to_string(), "stderr", stderr));
+            let sink = Some(ProgressSink::new(progress_tx));
+            tokio::spawn(loglines::forward(name.to_string(), "stderr", stderr, sink));
         }
         Ok(ProcessInstance {
             engine: name.to_string(),
@@ -85,6 +89,7 @@ impl EngineRuntime for ProcessRuntime {
             pgid: pid as i32,
             child,
             exit: None,
+            progress,
         })
     }
 }
@@ -120,6 +125,10 @@ impl EngineInstance for ProcessInstance {
     async fn exited(&mut self) -> Exit {
         // Child::wait is cancel-safe; an error here means the child cannot be waited for at all.
         self.wait().await.unwrap_or_else(|e| Exit::Gone(e.to_string()))
+    }
+
+    fn load_progress(&self) -> tokio::sync::watch::Receiver<Option<u8>> {
+        self.progress.clone()
     }
 
     async fn stop(mut self, grace: Duration) -> Result<Exit, RuntimeError> {

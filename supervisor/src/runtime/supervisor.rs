@@ -3,12 +3,14 @@
 //! cleanly on cancellation. Every transition goes to the status model.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::engine::{EngineInstance, EngineRuntime};
+use super::memory::{self, ChoiceMemory};
 use super::policy::{FailureCount, SupervisionPolicy};
 use super::probe::{self, Health};
 use super::{Exit, RuntimeError};
@@ -24,6 +26,8 @@ pub struct Supervisor<R: EngineRuntime> {
     policy: SupervisionPolicy,
     status: StatusModel,
     cancel: CancellationToken,
+    /// Where the group's crash-loop step-down is remembered (`memory.rs`); `None`: nowhere.
+    memory: Option<PathBuf>,
 }
 
 /// How one run of the engine ended.
@@ -47,17 +51,28 @@ impl<R: EngineRuntime> Supervisor<R> {
         status: StatusModel,
         cancel: CancellationToken,
     ) -> Self {
-        Self { runtime, group, policy, status, cancel }
+        Self { runtime, group, policy, status, cancel, memory: None }
+    }
+
+    /// Remembers a crash-loop step-down in `<state_dir>/runtime/<group>.json`, and starts at the
+    /// remembered choice.
+    pub fn remember_in(mut self, state_dir: &Path) -> Self {
+        self.memory = Some(memory::path(state_dir, &self.group.name));
+        self
     }
 
     /// Runs until cancelled; the engine is stopped when this returns.
     pub async fn run(self) -> Result<(), RuntimeError> {
         let choices: Vec<Choice> =
             std::iter::once(self.group.choice.clone()).chain(self.group.fallbacks.iter().cloned()).collect();
-        let mut index = 0;
+        let plan_hash = memory::choices_hash(&choices);
+        let (mut index, recalled) = self.recall(&choices, &plan_hash);
         let mut failures = FailureCount::default();
         let mut may_adopt = true;
-        self.publish_choice(&choices[0]);
+        self.publish_choice(&choices[index]);
+        if let Some(reason) = recalled {
+            self.set_state(EngineState::Starting, |e| e.fallback_reason = Some(reason));
+        }
         loop {
             let choice = &choices[index];
             // Waiting for the runtime (dockerd restarting) is not a failure of the engine.
@@ -113,6 +128,7 @@ impl<R: EngineRuntime> Supervisor<R> {
             );
             match (crash_loop, next, reason) {
                 (true, Some(next), Some(reason)) => {
+                    self.remember(&plan_hash, index + 1, next, &reason);
                     self.event(Level::Error, reason);
                     index += 1;
                     failures.clear();
@@ -174,7 +190,10 @@ impl<R: EngineRuntime> Supervisor<R> {
             Ok(addr) => addr,
             Err(err) => return self.end_run(instance, Exit::Stopped(err.to_string()), None).await,
         };
-        match self.await_ready(&mut instance, choice, addr).await {
+        let progress = self.follow_load_progress(&instance);
+        let ready = self.await_ready(&mut instance, choice, addr).await;
+        progress.abort();
+        match ready {
             Ok(()) => {}
             Err(RunEnd::Cancelled) => return self.shutdown(instance).await,
             Err(RunEnd::Failed { exit: Exit::Stopped(why), .. }) => {
@@ -213,7 +232,8 @@ impl<R: EngineRuntime> Supervisor<R> {
                 }
                 Step::Probed(Health::Loading) if !loading_shown => {
                     loading_shown = true;
-                    self.set_state(EngineState::Loading { percent: None }, |_| {});
+                    let percent = *instance.load_progress().borrow();
+                    self.set_state(EngineState::Loading { percent }, |_| {});
                 }
                 Step::Probed(_) => {}
             }
@@ -287,24 +307,69 @@ impl<R: EngineRuntime> Supervisor<R> {
         RunEnd::Cancelled
     }
 
+    /// Shows the load progress the engine prints while it starts or loads (never over a later
+    /// state: the check and the change are one update).
+    fn follow_load_progress(&self, instance: &R::Instance) -> tokio::task::JoinHandle<()> {
+        let mut progress = instance.load_progress();
+        let status = self.status.clone();
+        let name = self.group.name.clone();
+        tokio::spawn(async move {
+            while progress.changed().await.is_ok() {
+                let Some(percent) = *progress.borrow_and_update() else { continue };
+                status.update(|s| {
+                    if let Some(engine) = s.engines.get_mut(&name) {
+                        match engine.state {
+                            EngineState::Starting => engine.since_unix_ms = unix_ms(),
+                            EngineState::Loading { .. } => {}
+                            _ => return,
+                        }
+                        engine.state = EngineState::Loading { percent: Some(percent) };
+                    }
+                });
+            }
+        })
+    }
+
+    /// The choice to start at, and why: the remembered one if the plan is unchanged, else the
+    /// first.
+    fn recall(&self, choices: &[Choice], plan_hash: &str) -> (usize, Option<String>) {
+        let Some(path) = &self.memory else { return (0, None) };
+        match memory::load(path, plan_hash) {
+            Ok(Some(memory)) if memory.choice_index < choices.len() => {
+                let reason = format!("{} (remembered from before the supervisor restarted)", memory.reason);
+                self.event(Level::Warn, format!("starting at {}: {reason}", memory.choice));
+                (memory.choice_index, Some(reason))
+            }
+            Ok(_) => (0, None),
+            Err(err) => {
+                self.event(Level::Warn, format!("ignoring the remembered choice: {err}"));
+                (0, None)
+            }
+        }
+    }
+
+    fn remember(&self, plan_hash: &str, index: usize, choice: &Choice, reason: &str) {
+        let Some(path) = &self.memory else { return };
+        let memory = ChoiceMemory {
+            plan: plan_hash.to_string(),
+            choice_index: index,
+            choice: format!("{}/{}", choice.variant, choice.profile),
+            reason: reason.to_string(),
+            since_unix_ms: unix_ms(),
+        };
+        if let Err(err) = memory::save(path, &memory) {
+            self.event(Level::Error, format!("cannot remember the step-down: {err}"));
+        }
+    }
+
     fn publish_choice(&self, choice: &Choice) {
         let runtime = self.runtime.kind().to_string();
         let name = self.group.name.clone();
         self.status.update(|s| {
-            let engine = s.engines.entry(name.clone()).or_insert_with(|| EngineStatus {
-                name,
-                state: EngineState::Starting,
-                variant: String::new(),
-                profile: String::new(),
-                port: 0,
-                runtime: String::new(),
-                instance: None,
-                restarts: 0,
-                last_exit: None,
-                fallback_reason: None,
-                since_unix_ms: unix_ms(),
-                load: None,
-            });
+            let engine = s
+                .engines
+                .entry(name.clone())
+                .or_insert_with(|| EngineStatus::new(name, runtime.clone(), unix_ms()));
             engine.variant = choice.variant.clone();
             engine.profile = choice.profile.clone();
             engine.port = choice.launch.port;

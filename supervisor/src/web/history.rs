@@ -117,18 +117,9 @@ mod tests {
         status.engines.insert(
             "engine-0".into(),
             EngineStatus {
-                name: "engine-0".into(),
                 state: EngineState::Ready,
-                variant: "cpu".into(),
-                profile: "tiny".into(),
-                port: 8080,
-                runtime: "process".into(),
-                instance: None,
-                restarts: 0,
-                last_exit: None,
-                fallback_reason: None,
-                since_unix_ms: 0,
                 load: Some(LoadSnapshot { tokens_per_s: 12.5, ..LoadSnapshot::default() }),
+                ..EngineStatus::new("engine-0", "process", 0)
             },
         );
         let sample = Sample::of(&status, 9);

@@ -122,22 +122,17 @@ mod tests {
         status.engines.insert(
             "engine-0".into(),
             EngineStatus {
-                name: "engine-0".into(),
                 state: EngineState::Ready,
                 variant: "cpu".into(),
                 profile: "tiny".into(),
                 port: 8080,
-                runtime: "process".into(),
-                instance: None,
                 restarts: 3,
-                last_exit: None,
-                fallback_reason: None,
-                since_unix_ms: 0,
                 load: Some(LoadSnapshot {
                     tokens_per_s: 17.5,
                     requests_deferred: 2,
                     ..LoadSnapshot::default()
                 }),
+                ..EngineStatus::new("engine-0", "process", 0)
             },
         );
         status.thermal.insert(
@@ -170,18 +165,10 @@ mod tests {
         status.engines.insert(
             "e".into(),
             EngineStatus {
-                name: "e".into(),
                 state: EngineState::Restarting { in_ms: 500 },
                 variant: "v".into(),
                 profile: "p".into(),
-                port: 1,
-                runtime: "process".into(),
-                instance: None,
-                restarts: 0,
-                last_exit: None,
-                fallback_reason: None,
-                since_unix_ms: 0,
-                load: None,
+                ..EngineStatus::new("e", "process", 0)
             },
         );
         assert!(render(&status)

@@ -1,5 +1,8 @@
 //! `lucebox runtime bench`: how fast a killed engine is seen dead and is healthy again, against
-//! the engine's bare start (start + first 200 from `/health`, no supervisor).
+//! the engine's bare start in the same runtime, with no supervisor: for `process` a spawn of
+//! llama-server until its first 200 from `/health`; for `docker` what Docker itself takes to bring
+//! the engine container from nothing to healthy (create + start of the same container, until the
+//! first 200 from `/health`). `/health` is polled at the supervisor's startup cadence in both.
 //!
 //! Each kill comes after the engine was ready for `--settle-s`, which is also the policy's reset
 //! period for the run: every kill is a first failure, restarted at once, as a lone crash is.
@@ -16,8 +19,11 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::harness::{self, EngineArgs, Kind, Target, ENGINE};
+use crate::plan::Choice;
 use crate::runtime::probe::{self, Health};
-use crate::runtime::{run_with, EngineInstance, EngineRuntime, ProcessRuntime, SupervisionPolicy};
+use crate::runtime::{
+    run_with, EngineInstance, EngineRuntime, ProcessRuntime, RuntimeError, SupervisionPolicy,
+};
 use crate::status::StatusModel;
 
 #[derive(Args)]
@@ -40,6 +46,8 @@ pub struct BenchArgs {
 #[derive(Serialize)]
 struct Report {
     runtime: String,
+    /// What the bare start measures.
+    bare_start: &'static str,
     kills: usize,
     bare_start_ms: Summary,
     death_seen_ms: Summary,
@@ -71,17 +79,25 @@ impl Summary {
 pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let config = super::load_config(config_file, None)?;
     let report = match args.engine.runtime {
-        Kind::Process => measure(ProcessRuntime::new(), &args, Target::Process).await?,
+        Kind::Process => {
+            let runtime = ProcessRuntime::new();
+            let bare = async |choice: &Choice| runtime.start(ENGINE, choice).await;
+            let what = "spawn llama-server -> first /health 200";
+            measure(runtime.clone(), &args, Target::Process, what, bare).await?
+        }
         Kind::Docker => {
             let docker = args.engine.docker(&config).await?;
             let target = Target::Docker(docker.client().clone());
-            measure(docker, &args, target).await?
+            let bare = async |choice: &Choice| docker.start_fresh(ENGINE, choice).await;
+            let what = "docker create + start of the engine container -> first /health 200";
+            measure(docker.clone(), &args, target, what, bare).await?
         }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("runtime {}: {} kills", report.runtime, report.kills);
+        println!("  bare start = {}", report.bare_start);
         for (name, s) in [
             ("bare start", &report.bare_start_ms),
             ("kill -> death seen", &report.death_seen_ms),
@@ -101,6 +117,8 @@ async fn measure<R: EngineRuntime + Clone>(
     runtime: R,
     args: &BenchArgs,
     target: Target,
+    bare_start: &'static str,
+    start_bare: impl AsyncFn(&Choice) -> Result<R::Instance, RuntimeError>,
 ) -> anyhow::Result<Report> {
     let plan = args.engine.plan()?;
     let choice = plan.groups[0].choice.clone();
@@ -111,7 +129,7 @@ async fn measure<R: EngineRuntime + Clone>(
     let mut bare = Vec::new();
     for _ in 0..args.bare_starts {
         let started = Instant::now();
-        let instance = runtime.start(ENGINE, &choice).await?;
+        let instance = start_bare(&choice).await?;
         while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
             anyhow::ensure!(
                 started.elapsed() < Duration::from_secs(60),
@@ -165,6 +183,7 @@ async fn measure<R: EngineRuntime + Clone>(
     let kill_to_healthy_ms = Summary::of(healthy);
     Ok(Report {
         runtime: runtime.kind().to_string(),
+        bare_start,
         kills: death_seen.len(),
         ratio_median: kill_to_healthy_ms.median / bare_start_ms.median,
         bare_start_ms,
