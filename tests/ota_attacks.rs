@@ -11,17 +11,9 @@ use std::path::{Path, PathBuf};
 use lucebox::ota::http::HttpClient;
 use lucebox::ota::publish::Expiry;
 use lucebox::ota::repo::RepoSource;
-use lucebox::ota::{ActivationFuture, Activator, ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
+use lucebox::ota::{ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
 use lucebox::status::StatusModel;
-use support::{copy_dir, make_set, publish, snapshot, FileServer, PublishSpec};
-
-struct Healthy;
-
-impl Activator for Healthy {
-    fn activate<'a>(&'a self, _set_dir: &'a Path) -> ActivationFuture<'a> {
-        Box::pin(async { Ok(()) })
-    }
-}
+use support::{copy_dir, make_set, publish, snapshot, FileServer, Healthy, PublishSpec};
 
 /// A box with v1 committed from `www/repo`, and the web root the attacker controls.
 struct Scenario {

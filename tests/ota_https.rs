@@ -13,17 +13,9 @@ use lucebox::ota::http::HttpClient;
 use lucebox::ota::manifest::ModelFile;
 use lucebox::ota::models::ModelStore;
 use lucebox::ota::repo::RepoSource;
-use lucebox::ota::{ActivationFuture, Activator, ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
+use lucebox::ota::{ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
 use lucebox::status::StatusModel;
-use support::{copy_dir, make_set, publish, sha256_hex, snapshot, FileServer, PublishSpec, TestPki};
-
-struct Healthy;
-
-impl Activator for Healthy {
-    fn activate<'a>(&'a self, _set_dir: &'a Path) -> ActivationFuture<'a> {
-        Box::pin(async { Ok(()) })
-    }
-}
+use support::{copy_dir, make_set, publish, sha256_hex, snapshot, FileServer, Healthy, PublishSpec, TestPki};
 
 /// A web root with `repo/` (set v1 published with key a) behind TLS, and a box state dir.
 struct Scenario {

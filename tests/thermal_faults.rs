@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::thermal::{amd_hwmon_device, DEV};
-use lucebox::hardware::SysRoot;
+use common::thermal::{start_fan_loop, FanLoop, DEV};
 use lucebox::status::StatusModel;
-use lucebox::thermal::{control_loop_with, ControlConfig};
+use lucebox::thermal::ControlConfig;
 use tokio_util::sync::CancellationToken;
 
 /// Control period in these tests.
@@ -31,26 +29,9 @@ struct Rig {
 
 impl Rig {
     fn start(name: &str, arch: &str, hwmon: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal").join(name);
-        assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
-        let root = dir.path().join(name);
-        let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
-        let device = amd_hwmon_device(arch, &hwmon_rel);
-        let state = tempfile::tempdir().unwrap();
-        let status = StatusModel::new();
-        let cancel = CancellationToken::new();
-        let (_tx, load) = tokio::sync::watch::channel(None);
-        let task = tokio::spawn(control_loop_with(
-            ControlConfig { period: PERIOD, ..Default::default() },
-            vec![device],
-            SysRoot::new(&root),
-            state.path().to_path_buf(),
-            load,
-            status.clone(),
-            cancel.clone(),
-        ));
-        let hwmon = root.join(&hwmon_rel);
+        let config = ControlConfig { period: PERIOD, ..Default::default() };
+        let FanLoop { dir, root, hwmon, state, status, cancel, task } =
+            start_fan_loop(name, arch, hwmon, config);
         Self { _dir: dir, root, hwmon, state, status, cancel, task: Some(task) }
     }
 

@@ -309,15 +309,10 @@ fn ota_apply_through_the_api_rolls_back_an_unhealthy_set_and_commits_a_healthy_o
 }
 
 mod fan {
-    use std::path::Path;
-    use std::process::Command;
     use std::time::Duration;
 
-    use super::common::thermal::{amd_hwmon_device, DEV};
-    use lucebox::hardware::SysRoot;
-    use lucebox::status::StatusModel;
-    use lucebox::thermal::{control_loop_with, ControlConfig, FanOverride, FanOverrides};
-    use tokio_util::sync::CancellationToken;
+    use super::common::thermal::{start_fan_loop, FanLoop};
+    use lucebox::thermal::{ControlConfig, FanOverride, FanOverrides};
 
     async fn until(what: &str, mut check: impl FnMut() -> bool) {
         let start = std::time::Instant::now();
@@ -329,30 +324,14 @@ mod fan {
 
     #[tokio::test]
     async fn fan_mode_overrides_drive_the_fan_and_predictive_resumes_control() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal/rx6800-hwmon");
-        assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
-        let root = dir.path().join("rx6800-hwmon");
-        let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
-        let device = amd_hwmon_device("gfx1030", &hwmon_rel);
-        let (state, status, cancel) =
-            (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
         let overrides = FanOverrides::default();
-        let (_tx, load) = tokio::sync::watch::channel(None);
-        let task = tokio::spawn(control_loop_with(
-            ControlConfig {
-                period: Duration::from_millis(20),
-                overrides: overrides.clone(),
-                ..Default::default()
-            },
-            vec![device],
-            SysRoot::new(&root),
-            state.path().to_path_buf(),
-            load,
-            status.clone(),
-            cancel.clone(),
-        ));
-        let hwmon = root.join(&hwmon_rel);
+        let config = ControlConfig {
+            period: Duration::from_millis(20),
+            overrides: overrides.clone(),
+            ..Default::default()
+        };
+        let FanLoop { dir: _dir, state: _state, hwmon, status, cancel, task, .. } =
+            start_fan_loop("rx6800-hwmon", "gfx1030", "hwmon2", config);
         let enable = || std::fs::read_to_string(hwmon.join("pwm1_enable")).unwrap().trim().to_string();
         let mode =
             || status.snapshot().thermal.get("0000:03:00.0").map(|t| (t.mode.clone(), t.safety.clone()));

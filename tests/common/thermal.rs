@@ -1,6 +1,12 @@
 //! The captured AMD card of `tests/fixtures/thermal/`, as the device the fan control loop drives.
 
-use lucebox::hardware::{Device, Telemetry, Vendor};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lucebox::hardware::{Device, SysRoot, Telemetry, Vendor};
+use lucebox::status::StatusModel;
+use lucebox::thermal::{control_loop_with, ControlConfig};
+use tokio_util::sync::CancellationToken;
 
 /// The card's folder below the captured root.
 pub const DEV: &str = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0";
@@ -26,4 +32,41 @@ pub fn amd_hwmon_device(arch: &str, hwmon_rel: &str) -> Device {
             ..Default::default()
         },
     }
+}
+
+/// The fan control loop running on a private copy of a captured tree.
+pub struct FanLoop {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    /// The card's hwmon folder in the copy.
+    pub hwmon: PathBuf,
+    pub state: tempfile::TempDir,
+    pub status: StatusModel,
+    pub cancel: CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Copies `tests/fixtures/thermal/<fixture>` and starts the loop on its card (target `arch`, fan
+/// behind `hwmon/<hwmon>`), with no engine load signal.
+pub fn start_fan_loop(fixture: &str, arch: &str, hwmon: &str, config: ControlConfig) -> FanLoop {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal").join(fixture);
+    assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
+    let root = dir.path().join(fixture);
+    let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
+    let device = amd_hwmon_device(arch, &hwmon_rel);
+    let (state, status, cancel) =
+        (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
+    let (_tx, load) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(control_loop_with(
+        config,
+        vec![device],
+        SysRoot::new(&root),
+        state.path().to_path_buf(),
+        load,
+        status.clone(),
+        cancel.clone(),
+    ));
+    let hwmon = root.join(&hwmon_rel);
+    FanLoop { dir, root, hwmon, state, status, cancel, task }
 }

@@ -290,3 +290,12 @@ pub fn copy_dir(from: &Path, to: &Path) {
     let status = std::process::Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
     assert!(status.success());
 }
+
+/// An activation that always succeeds: tests whose subject is download, verification and install.
+pub struct Healthy;
+
+impl lucebox::ota::Activator for Healthy {
+    fn activate<'a>(&'a self, _set_dir: &'a Path) -> lucebox::ota::ActivationFuture<'a> {
+        Box::pin(async { Ok(()) })
+    }
+}

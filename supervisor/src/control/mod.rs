@@ -99,25 +99,30 @@ impl Control {
         };
         let busy = self.begin(&format!("a restart of {engine}"))?;
         self.event(Level::Info, format!("{engine}: restart requested through the API"));
-        self.spawn_restart(busy, group, "restart".into());
+        self.spawn_restarts(busy, vec![group], "restart");
         Ok(Accepted { message: format!("restarting {engine}") })
     }
 
-    /// Restarts an engine on `group` in the background and reports how long it took to be ready.
-    fn spawn_restart(&self, busy: Busy, group: crate::plan::GroupPlan, why: String) {
+    /// Restarts each of `groups` in turn in the background and reports how long each took to be
+    /// ready after the request.
+    fn spawn_restarts(&self, busy: Busy, groups: Vec<crate::plan::GroupPlan>, why: &'static str) {
         let (engines, status) = (self.engines.clone(), self.status.clone());
         tokio::spawn(async move {
             let _busy = busy;
             let begun = Instant::now();
-            let name = group.name.clone();
-            let outcome = engines.restart_until_ready(group).await;
-            match outcome {
-                Ok(()) => status.event(
-                    SOURCE,
-                    Level::Info,
-                    format!("{name}: {why} done, ready {} ms after the request", begun.elapsed().as_millis()),
-                ),
-                Err(e) => status.event(SOURCE, Level::Error, format!("{name}: {why}: {e}")),
+            for group in groups {
+                let name = group.name.clone();
+                match engines.restart_until_ready(group).await {
+                    Ok(()) => status.event(
+                        SOURCE,
+                        Level::Info,
+                        format!(
+                            "{name}: {why} done, ready {} ms after the request",
+                            begun.elapsed().as_millis()
+                        ),
+                    ),
+                    Err(e) => status.event(SOURCE, Level::Error, format!("{name}: {why}: {e}")),
+                }
             }
         });
     }
@@ -150,11 +155,9 @@ impl Control {
                 )));
             }
         }
+        let new_pin = Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() };
         let mut pins = self.planner.pins();
-        pins.insert(
-            pin.device.clone(),
-            Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() },
-        );
+        pins.insert(pin.device.clone(), new_pin.clone());
         let plan = self.planner.plan(&inputs, pins.clone(), false).await;
         let targets: Vec<&str> =
             if pin.device == "default" { devices.clone() } else { vec![pin.device.as_str()] };
@@ -172,10 +175,7 @@ impl Control {
         let path = self.planner.config().state_dir.join(PINS_FILE);
         let mut file =
             PinsFile::load(&path).map_err(|e| ActionError::Failed(e.to_string()))?.unwrap_or_default();
-        file.pin.insert(
-            pin.device.clone(),
-            Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() },
-        );
+        file.pin.insert(pin.device.clone(), new_pin);
         file.save(&path).map_err(|e| ActionError::Failed(format!("{}: {e}", path.display())))?;
         self.planner.set_pins(pins);
         let names: Vec<String> = groups
@@ -192,26 +192,7 @@ impl Control {
                 names.join(", ")
             ),
         );
-        let (engines, status) = (self.engines.clone(), self.status.clone());
-        tokio::spawn(async move {
-            let _busy = busy;
-            let begun = Instant::now();
-            for group in groups {
-                let name = group.name.clone();
-                let outcome = engines.restart_until_ready(group).await;
-                match outcome {
-                    Ok(()) => status.event(
-                        SOURCE,
-                        Level::Info,
-                        format!(
-                            "{name}: profile switch done, ready {} ms after the request",
-                            begun.elapsed().as_millis()
-                        ),
-                    ),
-                    Err(e) => status.event(SOURCE, Level::Error, format!("{name}: profile switch: {e}")),
-                }
-            }
-        });
+        self.spawn_restarts(busy, groups, "profile switch");
         Ok(Accepted {
             message: format!("pinned {} to {}; restarting {}", pin.device, pin.profile, names.join(", ")),
         })
