@@ -118,3 +118,13 @@ fn sigterm_stops_and_removes_the_container() {
     assert!(containers("d-term").is_empty(), "container left after SIGTERM");
     assert!(engine_pids(port).is_empty(), "engine process left after SIGTERM");
 }
+
+/// After each supervisor restart (its task aborted, the container adopted) exactly one
+/// supervisor reacts to the next faults: no duplicate starts, nothing left at the end.
+#[test]
+fn soak_across_supervisor_restarts_leaves_one_container() {
+    require_docker();
+    let report = soak("docker", "supervisor-restart,kill9,remove", 6);
+    assert!(report.contains("invariant violations: 0"), "{report}");
+    assert!(report.contains("left at end: 0 processes, 0 containers"), "{report}");
+}

@@ -170,3 +170,11 @@ fn killed_supervisor_takes_its_engine_with_it() {
         == vec![instance(&engine).parse::<i32>().unwrap()]));
     chat(port);
 }
+
+/// A supervisor killed in the middle of the run (its task aborted) takes its supervision loops
+/// with it: the next one restarts faults alone, with no second engine fighting for the port.
+#[test]
+fn soak_across_supervisor_restarts_leaves_one_engine() {
+    let report = soak("process", "supervisor-restart,kill9", 6);
+    assert!(report.contains("left at end: 0 processes, 0 containers"), "{report}");
+}

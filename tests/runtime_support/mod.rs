@@ -251,7 +251,10 @@ pub fn engine_pids(port: u16) -> Vec<i32> {
             let text = String::from_utf8_lossy(&cmdline);
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let zombie = stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
-            text.contains("llama-server") && text.contains(&needle) && !zombie
+            // By argv[0]: `lucebox runtime soak --server …/llama-server` is not an engine.
+            let program = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+            let is_engine = program.ends_with(b"/llama-server") || program == b"llama-server";
+            is_engine && text.contains(&needle) && !zombie
         })
         .collect()
 }
@@ -335,4 +338,24 @@ impl Drop for ContainerCleanup {
 
 pub fn container_pid(id: &str) -> i32 {
     docker(&["inspect", "-f", "{{.State.Pid}}", id]).parse().unwrap()
+}
+
+/// `lucebox runtime soak` of `faults` faults of `kinds` (comma-separated) on a free port; panics
+/// with the tail of its output unless it passes.
+pub fn soak(runtime: &str, kinds: &str, faults: u32) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args(["runtime", "soak", "--runtime", runtime, "--kinds", kinds, "--faults"])
+        .arg(faults.to_string())
+        .arg("--port")
+        .arg(free_port().to_string())
+        .arg("--server")
+        .arg(server())
+        .arg("--model")
+        .arg(model())
+        .env("LUCEBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("PASS"), "soak failed:\n{}", tail(&text, 40));
+    text
 }

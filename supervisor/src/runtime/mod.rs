@@ -20,6 +20,7 @@ mod supervisor;
 use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::{Config, RuntimeMode};
 use crate::plan::{GroupPlan, Plan};
@@ -178,7 +179,9 @@ async fn run_groups(
     status.update(|s| s.plan = Some(plan.clone()));
     let mut tasks = tokio::task::JoinSet::new();
     for group in &plan.groups {
-        let handle = spawn(group.clone(), cancel.child_token());
+        // Dropping this run (an aborted task, a dropped future) must end its supervision loops
+        // too, or they would go on restarting engines nobody owns.
+        let handle = AbortOnDropHandle::new(spawn(group.clone(), cancel.child_token()));
         tasks.spawn(async move { handle.await.unwrap_or_else(|e| Err(task_failed(e))) });
     }
     join_supervisors(tasks, &cancel).await

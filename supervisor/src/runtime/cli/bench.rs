@@ -7,6 +7,7 @@
 //! Each kill comes after the engine was ready for `--settle-s`, which is also the policy's reset
 //! period for the run: every kill is a first failure, restarted at once, as a lone crash is.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -33,8 +34,8 @@ pub struct BenchArgs {
     /// Engine kills to time.
     #[arg(long, default_value_t = 20)]
     kills: u32,
-    /// Bare starts to time (their median is the baseline).
-    #[arg(long, default_value_t = 10)]
+    /// Bare starts to time, half before the kills and half after (their median is the baseline).
+    #[arg(long, default_value_t = 20)]
     bare_starts: u32,
     /// Seconds the engine stays ready before each kill (and the policy's reset period).
     #[arg(long, default_value_t = 2.0)]
@@ -125,22 +126,10 @@ async fn measure<R: EngineRuntime + Clone>(
     let addr = probe::engine_addr(&choice.launch.host, choice.launch.port)?;
     let settle = Duration::from_secs_f64(args.settle_s);
 
-    let poll = SupervisionPolicy::default().health;
-    let mut bare = Vec::new();
-    for _ in 0..args.bare_starts {
-        let started = Instant::now();
-        let instance = start_bare(&choice).await?;
-        while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(60),
-                "bare start not healthy within 60 s"
-            );
-            // The supervisor's own startup cadence: the comparison is of restart overhead only.
-            tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
-        }
-        bare.push(started.elapsed().as_secs_f64() * 1e3);
-        instance.stop(Duration::from_secs(5)).await?;
-    }
+    // Half the bare starts before the kills and half after: dockerd's speed drifts over a run,
+    // and a baseline taken only at one end skews the ratio either way.
+    let before_kills = args.bare_starts.div_ceil(2);
+    let mut bare = time_bare_starts(before_kills, &choice, addr, &start_bare).await?;
 
     let mut policy = SupervisionPolicy::default();
     policy.restart.reset_after = settle;
@@ -178,6 +167,7 @@ async fn measure<R: EngineRuntime + Clone>(
     cancel.cancel();
     task.await.context("supervisor task")??;
     outcome?;
+    bare.extend(time_bare_starts(args.bare_starts - before_kills, &choice, addr, &start_bare).await?);
 
     let bare_start_ms = Summary::of(bare);
     let kill_to_healthy_ms = Summary::of(healthy);
@@ -190,4 +180,31 @@ async fn measure<R: EngineRuntime + Clone>(
         death_seen_ms: Summary::of(death_seen),
         kill_to_healthy_ms,
     })
+}
+
+/// Times `count` bare starts: start, poll `/health` at the supervisor's startup cadence until
+/// ready, stop.
+async fn time_bare_starts<I: EngineInstance>(
+    count: u32,
+    choice: &Choice,
+    addr: SocketAddr,
+    start_bare: &impl AsyncFn(&Choice) -> Result<I, RuntimeError>,
+) -> anyhow::Result<Vec<f64>> {
+    let poll = SupervisionPolicy::default().health;
+    let mut times = Vec::new();
+    for _ in 0..count {
+        let started = Instant::now();
+        let instance = start_bare(choice).await?;
+        while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "bare start not healthy within 60 s"
+            );
+            // The supervisor's own startup cadence: the comparison is of restart overhead only.
+            tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
+        }
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        instance.stop(Duration::from_secs(5)).await?;
+    }
+    Ok(times)
 }

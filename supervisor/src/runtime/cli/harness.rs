@@ -124,8 +124,11 @@ pub fn engine_pids(port: u16) -> Vec<i32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text = String::from_utf8_lossy(&cmdline);
-            text.contains("llama-server") && text.contains(&needle) && !is_zombie(*pid)
+            // By argv[0]: a command that merely names the binary (`lucebox runtime soak --server
+            // …/llama-server --port N`, a `timeout` around it) is not an engine.
+            let program = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+            let is_engine = program.ends_with(b"/llama-server") || program == b"llama-server";
+            is_engine && String::from_utf8_lossy(&cmdline).contains(&needle) && !is_zombie(*pid)
         })
         .collect()
 }
