@@ -5,6 +5,7 @@
 //! - end to end: `docker run` with no flags serves a chat completion on 8080 and the status page
 //!   on 8090, survives a kill -9 of the engine inside, and stops cleanly; prints the cold start to
 //!   first token (needs `lucebox run`);
+//! - a mounted config file pins the profile, and an env var beats the file;
 //! - a host tree that shows an NVIDIA and an AMD GPU the container cannot use: the message names
 //!   `--gpus all` and `--device /dev/kfd --device /dev/dri` (needs detection's container checks).
 //!
@@ -230,6 +231,41 @@ fn cpu_image_serves_chat_and_status_recovers_the_engine_and_stops_cleanly() {
     assert_eq!(exit, "0", "exit code after docker stop; logs:\n{}", container.logs());
     assert!(stop_took < Duration::from_secs(25), "stop took {stop_took:?} (killed at the timeout?)");
     eprintln!("FIGURE docker stop: {:.2} s", stop_took.as_secs_f64());
+}
+
+/// The profile the image's `lucebox plan --json` picks for the CPU, with `extra` docker run flags.
+fn planned_cpu_profile(models: &Path, extra: &[&str]) -> String {
+    let volume = format!("{}:/var/lib/lucebox/models:ro", models.display());
+    let mut args = vec!["run", "--rm", "--network", "host", "-v", &volume];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[image(), "plan", "--json", "--no-smoke"]);
+    let plan: serde_json::Value = serde_json::from_str(&docker_ok(&args)).expect("plan --json");
+    plan["groups"][0]["choice"]["profile"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no CPU engine planned: {plan}"))
+        .into()
+}
+
+#[test]
+fn a_mounted_config_file_and_env_vars_override_the_plan() {
+    // Both CPU profiles' model files present (the tiny model under both names: plan checks that
+    // the files exist, it does not load them with --no-smoke).
+    let models = tempfile::tempdir().unwrap();
+    let tiny = std::env::var("LUCEBOX_TINY_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("/var/cache/lucebox-ci/models/lucebox-tiny.gguf"));
+    for name in ["tiny-llama.gguf", "Qwen3-4B-Q4_K_M.gguf"] {
+        std::fs::copy(&tiny, models.path().join(name)).unwrap();
+    }
+    assert_eq!(planned_cpu_profile(models.path(), &[]), "qwen3-4b-cpu", "the image's own choice");
+
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("lucebox.toml");
+    std::fs::write(&file, "[pin.default]\nprofile = \"tiny-cpu-test\"\n").unwrap();
+    let mount = format!("{}:/etc/lucebox/lucebox.toml:ro", file.display());
+    assert_eq!(planned_cpu_profile(models.path(), &["-v", &mount]), "tiny-cpu-test", "the file's pin");
+    let env = ["-v", &mount, "-e", "LUCEBOX_PIN__DEFAULT__PROFILE=qwen3-4b-cpu"];
+    assert_eq!(planned_cpu_profile(models.path(), &env), "qwen3-4b-cpu", "env beats the file");
 }
 
 #[test]
