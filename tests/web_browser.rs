@@ -142,6 +142,18 @@ impl Browser {
     }
 
     /// Evaluates `script` until `accept` takes its value, or fails showing the last one.
+    /// Opens `url` and waits until the page says its live updates run.
+    async fn open_live(&self, url: String, within: Duration) {
+        self.command("POST", "url", Some(&json!({ "url": url }))).await;
+        self.wait_for(
+            "live indicator",
+            "return document.getElementById('live').textContent",
+            |v| v == "live",
+            within,
+        )
+        .await;
+    }
+
     async fn wait_for(
         &self,
         what: &str,
@@ -262,17 +274,8 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     let _driver = spawn(Path::new(CHROMEDRIVER), &[format!("--port={}", driver_addr.port())]);
     wait_for_port(driver_addr, Duration::from_secs(30)).await;
     let browser = Browser::start(driver_addr, &work.path().join("chromium-profile")).await;
-    browser.command("POST", "url", Some(&json!({ "url": format!("http://{}/", server.addr) }))).await;
-
     let within = Duration::from_secs(30);
-    browser
-        .wait_for(
-            "live indicator",
-            "return document.getElementById('live').textContent",
-            |v| v == "live",
-            within,
-        )
-        .await;
+    browser.open_live(format!("http://{}/", server.addr), within).await;
     browser
         .wait_for("engine state", "const e = document.querySelector('[data-engine=\"engine-0\"] .state'); return e && e.textContent", |v| v == "ready", within)
         .await;
@@ -344,19 +347,10 @@ async fn page_served_by_lucebox_run_shows_the_engine_and_its_recovery() {
     let _driver = spawn(Path::new(CHROMEDRIVER), &[format!("--port={}", driver_addr.port())]);
     wait_for_port(driver_addr, Duration::from_secs(30)).await;
     let browser = Browser::start(driver_addr, &work.path().join("chromium-profile")).await;
-    browser.command("POST", "url", Some(&json!({ "url": format!("http://{web_addr}/") }))).await;
-
     let within = Duration::from_secs(60);
     let state_js =
         "const e = document.querySelector('[data-engine=\"engine-cpu\"] .state'); return e && e.textContent";
-    browser
-        .wait_for(
-            "live indicator",
-            "return document.getElementById('live').textContent",
-            |v| v == "live",
-            within,
-        )
-        .await;
+    browser.open_live(format!("http://{web_addr}/"), within).await;
     browser.wait_for("engine ready", state_js, |v| v == "ready", within).await;
     let rows = browser.eval("return document.querySelectorAll('#devices tbody tr').length").await;
     assert_eq!(rows, device_count, "one row per detected device");

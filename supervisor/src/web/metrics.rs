@@ -43,17 +43,6 @@ fn ota_version(state: &OtaState) -> Option<u64> {
     }
 }
 
-fn ota_state_name(state: &OtaState) -> &'static str {
-    match state {
-        OtaState::Idle => "idle",
-        OtaState::Available { .. } => "available",
-        OtaState::Staged { .. } => "staged",
-        OtaState::Activating { .. } => "activating",
-        OtaState::Committed { .. } => "committed",
-        OtaState::RolledBack { .. } => "rolled-back",
-    }
-}
-
 pub fn render(status: &Status) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("lucebox");
 
@@ -101,7 +90,7 @@ pub fn render(status: &Status) -> Result<String, std::fmt::Error> {
     }
 
     let ota = gauges(&mut registry, "ota_version", "Version of the profile set the OTA state refers to");
-    let ota_state = ota_state_name(&status.ota.state);
+    let ota_state = crate::ota::state::name(&status.ota.state);
     set(&ota, &[("state", ota_state)], ota_version(&status.ota.state).map(|v| v as f64));
     let build = gauges(&mut registry, "build_info", "Supervisor build");
     set(&build, &[("version", env!("CARGO_PKG_VERSION"))], Some(1.0));
