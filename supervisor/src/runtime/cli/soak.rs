@@ -193,79 +193,88 @@ async fn run_soak<R: EngineRuntime + Clone>(
     let mut supervisor_alive = true;
     let (mut lingering, mut max_linger_ms) = (0u32, 0f64);
 
-    for n in 0..args.faults {
-        let fault = kinds[n as usize % kinds.len()];
-        let entry = reports.entry(fault).or_default();
-        entry.injected += 1;
-        let status = running.status.clone();
-        harness::wait_for(&status, Duration::from_secs(120), "ready before fault", harness::is_ready).await?;
-        tokio::time::sleep(settle + Duration::from_millis(50)).await;
-        if running.task.is_finished() {
-            supervisor_alive = false;
-            violations.push(format!("fault {n}: supervisor task ended"));
-            break;
-        }
-        let engine = harness::engine(&status).context("engine missing")?;
-        let id = engine.instance.clone().context("ready engine has no instance id")?;
-        let before = engine.restarts;
-        let injected = Instant::now();
-        let recovered = match fault {
-            Fault::SupervisorRestart => {
-                running.task.abort();
-                let _ = (&mut running.task).await;
-                running = spawn_supervisor(&runtime, &plan, &policy);
-                let up = harness::wait_for(
-                    &running.status,
-                    Duration::from_secs(60),
-                    "ready after supervisor restart",
-                    harness::is_ready,
-                )
-                .await;
-                if up.is_ok() && harness::engine(&running.status).and_then(|e| e.instance) == Some(id.clone())
-                {
-                    entry.adopted += 1;
-                }
-                up
-            }
-            _ => {
-                inject(fault, &target, &id, args).await.with_context(|| format!("fault {n} ({fault:?})"))?;
-                harness::wait_for(&status, Duration::from_secs(120), "recovery", |e| {
-                    e.restarts > before && harness::is_ready(e)
-                })
-                .await
-            }
-        };
-        match recovered {
-            Ok(at) => {
-                entry.recovered += 1;
-                times.entry(fault).or_default().push((at - injected).as_secs_f64() * 1e3);
-            }
-            Err(err) => violations.push(format!("fault {n} ({fault:?}): {err:#}")),
-        }
-        let processes = harness::engine_pids(port).len();
-        let expected = usize::from(args.engine.runtime == Kind::Docker);
-        let (running_now, _) = target.containers().await.unwrap_or((usize::MAX, usize::MAX));
-        if processes != 1 || running_now != expected {
-            violations.push(format!(
-                "after fault {n} ({fault:?}): {processes} engine processes, {running_now} running containers"
-            ));
-        }
-        // The dead predecessor is removed in the background once the new engine runs.
-        let lingered = Instant::now();
-        while target.containers().await.map(|(_, all)| all).unwrap_or(usize::MAX) != expected {
-            if lingered.elapsed() > DEAD_CONTAINER_GRACE {
-                violations.push(format!(
-                    "after fault {n} ({fault:?}): dead container still there after {DEAD_CONTAINER_GRACE:?}"
-                ));
+    // A fault that cannot be injected or observed ends the loop as a violation, not an early
+    // return: the supervisor below is still stopped and its engines removed.
+    let faults: anyhow::Result<()> = async {
+        for n in 0..args.faults {
+            let fault = kinds[n as usize % kinds.len()];
+            let entry = reports.entry(fault).or_default();
+            entry.injected += 1;
+            let status = running.status.clone();
+            harness::wait_for(&status, Duration::from_secs(120), "ready before fault", harness::is_ready).await?;
+            tokio::time::sleep(settle + Duration::from_millis(50)).await;
+            if running.task.is_finished() {
+                supervisor_alive = false;
+                violations.push(format!("fault {n}: supervisor task ended"));
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            let engine = harness::engine(&status).context("engine missing")?;
+            let id = engine.instance.clone().context("ready engine has no instance id")?;
+            let before = engine.restarts;
+            let injected = Instant::now();
+            let recovered = match fault {
+                Fault::SupervisorRestart => {
+                    running.task.abort();
+                    let _ = (&mut running.task).await;
+                    running = spawn_supervisor(&runtime, &plan, &policy);
+                    let up = harness::wait_for(
+                        &running.status,
+                        Duration::from_secs(60),
+                        "ready after supervisor restart",
+                        harness::is_ready,
+                    )
+                    .await;
+                    if up.is_ok() && harness::engine(&running.status).and_then(|e| e.instance) == Some(id.clone())
+                    {
+                        entry.adopted += 1;
+                    }
+                    up
+                }
+                _ => {
+                    inject(fault, &target, &id, args).await.with_context(|| format!("fault {n} ({fault:?})"))?;
+                    harness::wait_for(&status, Duration::from_secs(120), "recovery", |e| {
+                        e.restarts > before && harness::is_ready(e)
+                    })
+                    .await
+                }
+            };
+            match recovered {
+                Ok(at) => {
+                    entry.recovered += 1;
+                    times.entry(fault).or_default().push((at - injected).as_secs_f64() * 1e3);
+                }
+                Err(err) => violations.push(format!("fault {n} ({fault:?}): {err:#}")),
+            }
+            let processes = harness::engine_pids(port).len();
+            let expected = usize::from(args.engine.runtime == Kind::Docker);
+            let (running_now, _) = target.containers().await.unwrap_or((usize::MAX, usize::MAX));
+            if processes != 1 || running_now != expected {
+                violations.push(format!(
+                    "after fault {n} ({fault:?}): {processes} engine processes, {running_now} running containers"
+                ));
+            }
+            // The dead predecessor is removed in the background once the new engine runs.
+            let lingered = Instant::now();
+            while target.containers().await.map(|(_, all)| all).unwrap_or(usize::MAX) != expected {
+                if lingered.elapsed() > DEAD_CONTAINER_GRACE {
+                    violations.push(format!(
+                        "after fault {n} ({fault:?}): dead container still there after {DEAD_CONTAINER_GRACE:?}"
+                    ));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let linger_ms = lingered.elapsed().as_secs_f64() * 1e3;
+            max_linger_ms = max_linger_ms.max(linger_ms);
+            if linger_ms > 25.0 {
+                lingering += 1;
+            }
         }
-        let linger_ms = lingered.elapsed().as_secs_f64() * 1e3;
-        max_linger_ms = max_linger_ms.max(linger_ms);
-        if linger_ms > 25.0 {
-            lingering += 1;
-        }
+        Ok(())
+    }
+    .await;
+    if let Err(err) = faults {
+        violations.push(format!("fault loop stopped: {err:#}"));
     }
 
     if running.task.is_finished() {
