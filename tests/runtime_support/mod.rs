@@ -240,24 +240,9 @@ pub fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Host pids of live (non-zombie) llama-server processes serving `--port port`.
-pub fn engine_pids(port: u16) -> Vec<i32> {
-    let needle = format!("--port\0{port}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text = String::from_utf8_lossy(&cmdline);
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
-            // By argv[0]: `lucebox runtime soak --server …/llama-server` is not an engine.
-            let program = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-            let is_engine = program.ends_with(b"/llama-server") || program == b"llama-server";
-            is_engine && text.contains(&needle) && !zombie
-        })
-        .collect()
-}
+/// Host pids of live (non-zombie) llama-server processes serving `--port port`: the soak's own
+/// count, so the tests and `lucebox runtime soak` agree on what an engine is.
+pub use lucebox::runtime::cli::engine_pids;
 
 /// Polls until `cond` holds (true) or `timeout` passes (false).
 pub fn eventually(timeout: Duration, cond: impl Fn() -> bool) -> bool {

@@ -5,6 +5,8 @@ mod bench;
 mod harness;
 mod soak;
 
+pub use harness::engine_pids;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
