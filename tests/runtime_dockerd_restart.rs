@@ -1,17 +1,85 @@
-//! dockerd restarts under a running supervisor: the engine comes back, once. Its own test
-//! binary, because it takes the daemon away from every other Docker test. Restarts only a
-//! daemon that ci/docker.sh started (its pid file), never a system-managed one.
+//! dockerd taken away under a running engine: restarted under a running supervisor (the engine
+//! comes back, once), and frozen while the engine dies (the death is still seen at once). Its own
+//! test binary, because it takes the daemon away from every other Docker test; the tests here
+//! take turns. Touches only a daemon that ci/docker.sh started (its pid file), never a
+//! system-managed one.
 
 mod runtime_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Duration;
 
+use lucebox::runtime::{ContainerLimits, DockerRuntime, EngineInstance, EngineRuntime, Exit};
 use runtime_support::*;
+
+/// One test at a time has the daemon.
+static DOCKERD: Mutex<()> = Mutex::new(());
+
+fn dockerd_pid() -> i32 {
+    let dir = std::env::var_os("LUCEBOX_CI_LOG_DIR")
+        .map_or_else(|| PathBuf::from("/tmp/lucebox-ci"), PathBuf::from);
+    let file = dir.join("dockerd.pid");
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}: dockerd was not started by ci/docker.sh", file.display()));
+    text.trim().parse().unwrap()
+}
+
+/// SIGSTOPs dockerd; SIGCONT when dropped, even when the test fails.
+struct Frozen(i32);
+
+impl Frozen {
+    fn dockerd() -> Self {
+        let pid = dockerd_pid();
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "cannot stop dockerd {pid}");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// The engine's process is watched, not only Docker's events: killed while dockerd cannot say
+/// so, it is still seen gone at once; the exit code follows when dockerd is back.
+#[test]
+fn a_container_death_is_seen_while_dockerd_is_frozen() {
+    let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
+    require_docker();
+    let name = "d-frozen";
+    let _cleanup = ContainerCleanup(name.to_string());
+    let port = free_port();
+    let choice = tiny_plan(name, port, true).groups.remove(0).choice;
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let limits = ContainerLimits { memory_bytes: None, pids: 256 };
+        let socket = lucebox::config::Config::default().runtime.docker_socket;
+        let runtime = DockerRuntime::connect(&socket, IMAGE, limits).await.unwrap();
+        let mut engine = runtime.start(name, &choice).await.unwrap();
+        tokio::task::spawn_blocking(move || wait_healthy(port)).await.unwrap();
+        // The process watch is armed right after the start (one inspect); leave it ample time.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pid = container_pid(engine.id());
+
+        let frozen = Frozen::dockerd();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let seen = tokio::time::timeout(Duration::from_secs(5), engine.exited()).await;
+        drop(frozen);
+        assert_eq!(seen.ok(), Some(Exit::Ended), "death not seen while dockerd was frozen");
+
+        let reported = engine.final_exit(Duration::from_secs(30)).await;
+        assert_eq!(reported, Exit::Code(137));
+        engine.stop(Duration::from_secs(1)).await.unwrap();
+    });
+    assert!(containers(name).is_empty(), "{:?}", containers(name));
+}
 
 #[test]
 fn engine_comes_back_once_after_a_dockerd_restart() {
+    let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
     require_docker();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/restart-dockerd.sh");
     let name = "d-dockerd";

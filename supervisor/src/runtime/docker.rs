@@ -2,11 +2,12 @@
 //!
 //! Containers carry `lucebox.engine=<name>` and `lucebox.plan=<hash of the choice and image>`:
 //! a restarted supervisor adopts the running container of its plan instead of starting a
-//! duplicate, and removes any other container of that engine. Death is seen on Docker's event
+//! duplicate, and removes any other container of that engine. Death is seen first on a pidfd of
+//! the container's process (`container_process.rs`), then with its exit code on Docker's event
 //! stream (only `die`/`destroy` of our container are asked for, so health-check `exec_*` noise
 //! never arrives); when dockerd goes away the watcher reconnects and asks for the state again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,6 +23,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::container_process;
 use super::engine::{plan_hash, EngineInstance, EngineRuntime};
 use super::loglines::{self, LineBuffer};
 use super::progress::ProgressSink;
@@ -32,6 +34,9 @@ pub const LABEL_ENGINE: &str = "lucebox.engine";
 pub const LABEL_PLAN: &str = "lucebox.plan";
 /// Seconds bollard waits for one API answer.
 const API_TIMEOUT_S: u64 = 30;
+/// How long after a restart its dead predecessor is removed (its rootfs and dockerd's bookkeeping
+/// would otherwise compete with the new engine's first moments).
+const PREDECESSOR_REMOVAL_DELAY: Duration = Duration::from_millis(500);
 /// Reconnect delays while dockerd is away: 100 ms doubling to 2 s.
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
@@ -64,10 +69,19 @@ pub struct DockerRuntime {
     docker: Docker,
     image: String,
     limits: ContainerLimits,
-    /// Containers whose death the watchers saw. dockerd sends `die` before its container list
-    /// says so (the list still shows them running while it cleans up), so a restart trusts
-    /// this over the list: a dead container is started again, not force-removed as a duplicate.
-    died: Arc<Mutex<HashSet<String>>>,
+    /// Containers whose death the watchers saw. The list still shows them running while
+    /// dockerd cleans up, so a restart trusts this over the list: a dead container is never
+    /// force-removed as a duplicate, and one whose exit dockerd reported is started again.
+    deaths: Arc<Mutex<HashMap<String, Death>>>,
+}
+
+/// What the watchers saw of a container's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// Its process ended; dockerd has not reported the exit yet and would refuse a start.
+    ProcessEnded,
+    /// dockerd reported the exit (`die`): it can be started again in place.
+    Reported,
 }
 
 impl DockerRuntime {
@@ -78,7 +92,7 @@ impl DockerRuntime {
         let docker = Docker::connect_with_unix(&socket_name, API_TIMEOUT_S, API_DEFAULT_VERSION)
             .map_err(connect_error)?;
         docker.ping().await.map_err(connect_error)?;
-        Ok(Self { docker, image: image.to_string(), limits, died: Arc::default() })
+        Ok(Self { docker, image: image.to_string(), limits, deaths: Arc::default() })
     }
 
     pub fn client(&self) -> &Docker {
@@ -102,13 +116,17 @@ impl DockerRuntime {
     }
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
-        self.died.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.deaths().remove(id);
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()), // gone, or removal already under way
             Err(e) => Err(docker_error("remove container")(e)),
         }
+    }
+
+    fn deaths(&self) -> std::sync::MutexGuard<'_, HashMap<String, Death>> {
+        self.deaths.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn container_body(&self, name: &str, hash: &str, launch: &Launch) -> ContainerCreateBody {
@@ -135,12 +153,22 @@ impl DockerRuntime {
         let (exit_tx, exit_rx) = watch::channel(None);
         let (progress_tx, progress) = watch::channel(None);
         let watcher = CancellationToken::new();
-        let died = self.died.clone();
-        let dead_id = id.clone();
+        let (runtime, dead_id, ended_tx) = (self.clone(), id.clone(), exit_tx.clone());
         let publish = move |exit: Exit| {
-            if matches!(exit, Exit::Code(_)) {
-                died.lock().unwrap_or_else(|e| e.into_inner()).insert(dead_id.clone());
+            let ended_early = exit_tx.borrow().is_some();
+            let mut deaths = runtime.deaths();
+            match (&exit, deaths.get_mut(&dead_id)) {
+                (Exit::Code(_), Some(death)) => *death = Death::Reported,
+                // Not once a restart took the early notice (and the container) in hand.
+                (Exit::Code(_), None) if !ended_early => {
+                    deaths.insert(dead_id.clone(), Death::Reported);
+                }
+                (Exit::Code(_), None) => {}
+                (_, _) => {
+                    deaths.remove(&dead_id);
+                }
             }
+            drop(deaths); // never held with the channel's lock (`process_ended` takes them the other way)
             let _ = exit_tx.send(Some(exit));
         };
         tokio::spawn(watch_container(self.docker.clone(), id.clone(), after_nanos, publish, watcher.clone()));
@@ -157,6 +185,7 @@ impl DockerRuntime {
             engine: engine.to_string(),
             id,
             exit: exit_rx,
+            ended: ended_tx,
             progress,
             watcher,
         }
@@ -183,6 +212,7 @@ impl DockerRuntime {
             self.remove(&created.id).await?;
             return Err(docker_error("start container")(e));
         }
+        instance.watch_process();
         Ok(instance)
     }
 
@@ -192,7 +222,10 @@ impl DockerRuntime {
         let after = unix_nanos();
         let instance = self.instance(name, id.to_string(), after, Some(after));
         match self.docker.start_container(id, None).await {
-            Ok(()) => Some(instance),
+            Ok(()) => {
+                instance.watch_process();
+                Some(instance)
+            }
             Err(e) => {
                 tracing::info!(engine = name, container = %short(id), "cannot start it again ({e}); creating a new one");
                 None
@@ -291,9 +324,30 @@ pub struct DockerInstance {
     engine: String,
     id: String,
     exit: watch::Receiver<Option<Exit>>,
+    /// Publishes [`Exit::Ended`] when the process is seen gone before dockerd reports the exit.
+    ended: watch::Sender<Option<Exit>>,
     progress: watch::Receiver<Option<u8>>,
     /// Ends the watcher and log tasks when the instance is done.
     watcher: CancellationToken,
+}
+
+impl DockerInstance {
+    /// Watches the running container's process, to see it end before dockerd reports it.
+    fn watch_process(&self) {
+        let (runtime, id, ended) = (self.runtime.clone(), self.id.clone(), self.ended.clone());
+        let process_ended = move || {
+            ended.send_if_modified(|exit| {
+                if exit.is_some() {
+                    return false; // dockerd told first
+                }
+                runtime.deaths().entry(id).or_insert(Death::ProcessEnded);
+                *exit = Some(Exit::Ended);
+                true
+            });
+        };
+        let docker = self.runtime.docker.clone();
+        tokio::spawn(watch_process(docker, self.id.clone(), process_ended, self.watcher.clone()));
+    }
 }
 
 impl Drop for DockerInstance {
@@ -332,7 +386,11 @@ impl EngineRuntime for DockerRuntime {
                 self.remove(&c.id).await?;
             }
         }
-        Ok(adopted.map(|id| self.instance(name, id, listed, None)))
+        let adopted = adopted.map(|id| self.instance(name, id, listed, None));
+        if let Some(instance) = &adopted {
+            instance.watch_process();
+        }
+        Ok(adopted)
     }
 
     async fn start(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
@@ -341,10 +399,13 @@ impl EngineRuntime for DockerRuntime {
         let mut reusable = None;
         let mut dead = Vec::new();
         for c in containers? {
-            let died = self.died.lock().unwrap_or_else(|e| e.into_inner()).remove(&c.id);
-            if c.running && !died {
+            let death = self.deaths().remove(&c.id);
+            if c.running && death.is_none() {
                 // Would hold the port (and be a duplicate): gone before the new one starts.
                 self.remove(&c.id).await?;
+            } else if death == Some(Death::ProcessEnded) {
+                // Not startable until dockerd has cleaned up; a new one starts meanwhile.
+                dead.push(c.id);
             } else if reusable.is_none() && c.plan == hash && image_id.as_deref() == Some(c.image_id.as_str())
             {
                 // Same plan, same image: starting it again skips the create (the restart path).
@@ -367,9 +428,11 @@ impl EngineRuntime for DockerRuntime {
             Some(instance) => Ok(instance),
             None => self.start_fresh(name, choice).await,
         };
-        // Dead predecessors go once the new engine runs: removing them must not delay it.
+        // Dead predecessors go once the new engine runs, a moment later: removing them must not
+        // delay it, nor compete with a small model's load.
         let runtime = self.clone();
         tokio::spawn(async move {
+            tokio::time::sleep(PREDECESSOR_REMOVAL_DELAY).await;
             for id in dead {
                 if let Err(err) = runtime.remove(&id).await {
                     tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
@@ -392,6 +455,16 @@ impl EngineInstance for DockerInstance {
         }
     }
 
+    async fn final_exit(&mut self, within: Duration) -> Exit {
+        let reported = self.exit.wait_for(|exit| exit.as_ref().is_some_and(|e| *e != Exit::Ended));
+        if let Ok(Ok(exit)) = tokio::time::timeout(within, reported).await {
+            if let Some(exit) = exit.clone() {
+                return exit;
+            }
+        }
+        self.exit.borrow().clone().unwrap_or_else(|| Exit::Gone("container watcher ended".into()))
+    }
+
     fn load_progress(&self) -> watch::Receiver<Option<u8>> {
         self.progress.clone()
     }
@@ -408,12 +481,24 @@ impl EngineInstance for DockerInstance {
         }
         // The die event arrives right after stop returns; do not wait long for it.
         let exit = match tokio::time::timeout(Duration::from_secs(2), self.exited()).await {
+            Ok(Exit::Ended) => self.final_exit(Duration::from_secs(2)).await,
             Ok(exit) => exit,
             Err(_) => Exit::Stopped(format!("container {} stopped", short(&self.id))),
         };
         self.runtime.remove(&self.id).await?;
         tracing::debug!(engine = %self.engine, container = %short(&self.id), "removed");
         Ok(exit)
+    }
+}
+
+/// Calls `ended` once the container's process has ended, if it can be watched here.
+async fn watch_process(docker: Docker, id: String, ended: impl FnOnce(), cancel: CancellationToken) {
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        watched = container_process::ended(&docker, &id) => match watched {
+            Ok(()) => ended(),
+            Err(why) => tracing::debug!(container = %short(&id), "death seen by events only: {why}"),
+        },
     }
 }
 

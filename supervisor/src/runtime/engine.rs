@@ -43,6 +43,13 @@ pub trait EngineInstance: Send + 'static {
     /// Resolves when the engine has ended. Cancel-safe: use it in `select!`, call it again.
     fn exited(&mut self) -> impl Future<Output = Exit> + Send;
 
+    /// How the engine ended as the runtime reports it, waiting up to `within` once `exited`
+    /// resolved with [`Exit::Ended`]; after that wait, what is known.
+    fn final_exit(&mut self, within: Duration) -> impl Future<Output = Exit> + Send {
+        let _ = within; // Runtimes that never report `Ended` know the exit at once.
+        self.exited()
+    }
+
     /// Model load progress in percent parsed from the engine's output (`None`: not reported).
     fn load_progress(&self) -> tokio::sync::watch::Receiver<Option<u8>>;
 

@@ -12,6 +12,9 @@ pub enum Exit {
     Gone(String),
     /// Stopped by the supervisor (liveness failure, load timeout, shutdown).
     Stopped(String),
+    /// The process is gone but the runtime has not said how it ended yet (a container's process
+    /// is seen dead before dockerd reports its exit code).
+    Ended,
 }
 
 impl Exit {
@@ -33,6 +36,7 @@ impl fmt::Display for Exit {
             Exit::Signal(signal) => write!(f, "killed by signal {signal}"),
             Exit::Gone(why) => write!(f, "gone: {why}"),
             Exit::Stopped(why) => write!(f, "stopped: {why}"),
+            Exit::Ended => write!(f, "process ended (exit code not reported yet)"),
         }
     }
 }

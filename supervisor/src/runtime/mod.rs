@@ -4,6 +4,7 @@
 //! [`StatusModel`]. Policy numbers and how they compare with Docker and Kubernetes: `README.md`.
 
 pub mod cli;
+mod container_process;
 pub mod docker;
 mod engine;
 mod exit;

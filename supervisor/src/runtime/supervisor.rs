@@ -19,6 +19,9 @@ use crate::status::{unix_ms, EngineState, EngineStatus, Level, StatusModel};
 
 /// Used when the plan gives no startup allowance.
 pub const DEFAULT_STARTUP_ALLOWANCE: Duration = Duration::from_secs(300);
+/// How long to wait for the runtime to report how an engine ended once its process is seen gone
+/// (Docker: the `die` event, normally 35–60 ms after the pidfd).
+const EXIT_REPORT_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Supervisor<R: EngineRuntime> {
     runtime: Arc<R>,
@@ -31,9 +34,21 @@ pub struct Supervisor<R: EngineRuntime> {
 }
 
 /// How one run of the engine ended.
-enum RunEnd {
+enum RunEnd<I> {
     Cancelled,
-    Failed { exit: Exit, ready_for: Option<Duration> },
+    /// `unreported`: the ended instance, kept while the runtime has yet to report how it ended
+    /// (`exit` is [`Exit::Ended`]).
+    Failed {
+        exit: Exit,
+        ready_for: Option<Duration>,
+        unreported: Option<I>,
+    },
+}
+
+impl<I> RunEnd<I> {
+    fn failed(exit: Exit, ready_for: Option<Duration>) -> Self {
+        RunEnd::Failed { exit, ready_for, unreported: None }
+    }
 }
 
 /// What woke the supervision loop.
@@ -85,22 +100,28 @@ impl<R: EngineRuntime> Supervisor<R> {
             }
             let end = match self.launch(choice, std::mem::take(&mut may_adopt)).await {
                 Ok(instance) => self.supervise(instance, choice).await,
-                Err(err) => {
-                    RunEnd::Failed { exit: Exit::Gone(format!("start failed: {err}")), ready_for: None }
-                }
+                Err(err) => RunEnd::failed(Exit::Gone(format!("start failed: {err}")), None),
             };
-            let (exit, ready_for) = match end {
+            let (exit, ready_for, unreported) = match end {
                 RunEnd::Cancelled => {
                     self.set_state(EngineState::Stopped, |s| s.instance = None);
                     self.event(Level::Info, "stopped".to_string());
                     return Ok(());
                 }
-                RunEnd::Failed { exit, ready_for } => (exit, ready_for),
+                RunEnd::Failed { exit, ready_for, unreported } => (exit, ready_for, unreported),
             };
+            let failed_at = Instant::now();
             let in_a_row = failures.record(&self.policy.restart, ready_for);
             let crash_loop = self.policy.restart.is_crash_loop(in_a_row);
             let next = choices.get(index + 1).filter(|_| crash_loop);
             let delay = if next.is_some() { Duration::ZERO } else { self.policy.restart.delay(in_a_row) };
+            // A lone crash restarts at once, with the exit code reported when the runtime has it;
+            // any other restart waits anyway, so its status and reasons carry the code.
+            let (exit, report_later) = match unreported {
+                Some(instance) if delay.is_zero() && !crash_loop => (exit, Some(instance)),
+                Some(mut instance) => (instance.final_exit(EXIT_REPORT_WAIT).await, None),
+                None => (exit, None),
+            };
             // One update: observers never see the new exit with the old state.
             let state = match (crash_loop, next) {
                 (false, _) => EngineState::Restarting { in_ms: delay.as_millis() as u64 },
@@ -114,8 +135,10 @@ impl<R: EngineRuntime> Supervisor<R> {
                     choice.variant, choice.profile, next.variant, next.profile
                 )
             });
+            let mut restarts = 0;
             self.set_state(state, |engine| {
                 engine.restarts = engine.restarts.saturating_add(1);
+                restarts = engine.restarts;
                 engine.last_exit = Some(exit.to_string());
                 engine.instance = None;
                 if reason.is_some() {
@@ -126,6 +149,9 @@ impl<R: EngineRuntime> Supervisor<R> {
                 Level::Warn,
                 format!("{}/{} ended: {exit} ({in_a_row} in a row)", choice.variant, choice.profile),
             );
+            if let Some(instance) = report_later {
+                self.report_exit_when_known(instance, choice, restarts);
+            }
             match (crash_loop, next, reason) {
                 (true, Some(next), Some(reason)) => {
                     self.remember(&plan_hash, index + 1, next, &reason);
@@ -152,9 +178,28 @@ impl<R: EngineRuntime> Supervisor<R> {
                     self.event(Level::Info, "stopped".to_string());
                     return Ok(());
                 }
-                _ = tokio::time::sleep(delay) => {}
+                _ = tokio::time::sleep(delay.saturating_sub(failed_at.elapsed())) => {}
             }
         }
+    }
+
+    /// Puts the exit code the runtime reports after the restart into the status (unless the
+    /// engine failed again meanwhile) and the event log.
+    fn report_exit_when_known(&self, mut instance: R::Instance, choice: &Choice, restarts: u32) {
+        let (status, name) = (self.status.clone(), self.group.name.clone());
+        let run = format!("{}/{}", choice.variant, choice.profile);
+        tokio::spawn(async move {
+            let exit = instance.final_exit(EXIT_REPORT_WAIT).await;
+            if exit == Exit::Ended {
+                return;
+            }
+            status.update(|s| {
+                if let Some(engine) = s.engines.get_mut(&name).filter(|e| e.restarts == restarts) {
+                    engine.last_exit = Some(exit.to_string());
+                }
+            });
+            status.event(&format!("runtime/{name}"), Level::Warn, format!("{run} had ended: {exit}"));
+        });
     }
 
     async fn launch(&self, choice: &Choice, may_adopt: bool) -> Result<R::Instance, RuntimeError> {
@@ -183,25 +228,35 @@ impl<R: EngineRuntime> Supervisor<R> {
     }
 
     /// Watches one run of the engine until it ends or the supervisor is cancelled.
-    async fn supervise(&self, mut instance: R::Instance, choice: &Choice) -> RunEnd {
+    async fn supervise(&self, mut instance: R::Instance, choice: &Choice) -> RunEnd<R::Instance> {
         let id = instance.id().to_string();
         self.set_state(EngineState::Starting, |s| s.instance = Some(id));
-        let addr = match probe::engine_addr(&choice.launch.host, choice.launch.port) {
-            Ok(addr) => addr,
-            Err(err) => return self.end_run(instance, Exit::Stopped(err.to_string()), None).await,
-        };
-        let progress = self.follow_load_progress(&instance);
-        let ready = self.await_ready(&mut instance, choice, addr).await;
-        progress.abort();
-        match ready {
-            Ok(()) => {}
-            Err(RunEnd::Cancelled) => return self.shutdown(instance).await,
-            Err(RunEnd::Failed { exit: Exit::Stopped(why), .. }) => {
-                return self.end_run(instance, Exit::Stopped(why), None).await
+        let end = match probe::engine_addr(&choice.launch.host, choice.launch.port) {
+            Ok(addr) => {
+                let progress = self.follow_load_progress(&instance);
+                let ready = self.await_ready(&mut instance, choice, addr).await;
+                progress.abort();
+                match ready {
+                    Ok(()) => self.watch_liveness(&mut instance, addr).await,
+                    Err(end) => end,
+                }
             }
-            Err(failed) => return failed,
+            Err(err) => RunEnd::failed(Exit::Stopped(err.to_string()), None),
+        };
+        match end {
+            RunEnd::Cancelled => self.shutdown(instance).await,
+            // The supervisor gave up on a live engine: it goes before the next starts.
+            RunEnd::Failed { exit: Exit::Stopped(why), ready_for, .. } => {
+                if let Err(err) = instance.stop(self.policy.hung_grace).await {
+                    self.event(Level::Error, format!("stopping failed engine: {err}"));
+                }
+                RunEnd::failed(Exit::Stopped(why), ready_for)
+            }
+            RunEnd::Failed { exit: Exit::Ended, ready_for, .. } => {
+                RunEnd::Failed { exit: Exit::Ended, ready_for, unreported: Some(instance) }
+            }
+            failed => failed,
         }
-        self.watch_liveness(instance, addr).await
     }
 
     /// Startup phase: polls `/health` until 200, within the plan's allowance; a loading engine is
@@ -211,7 +266,7 @@ impl<R: EngineRuntime> Supervisor<R> {
         instance: &mut R::Instance,
         choice: &Choice,
         addr: SocketAddr,
-    ) -> Result<(), RunEnd> {
+    ) -> Result<(), RunEnd<R::Instance>> {
         let allowance = match choice.launch.startup_allowance_s {
             0 => DEFAULT_STARTUP_ALLOWANCE,
             s => Duration::from_secs(s),
@@ -224,7 +279,7 @@ impl<R: EngineRuntime> Supervisor<R> {
             let timeout = health.liveness_timeout.max(poll);
             match self.next_step(instance, poll, addr, timeout).await {
                 Step::Cancel => return Err(RunEnd::Cancelled),
-                Step::Exited(exit) => return Err(RunEnd::Failed { exit, ready_for: None }),
+                Step::Exited(exit) => return Err(RunEnd::failed(exit, None)),
                 Step::Probed(Health::Ready) => {
                     self.set_state(EngineState::Ready, |_| {});
                     self.event(Level::Info, format!("ready after {} ms", started.elapsed().as_millis()));
@@ -239,22 +294,21 @@ impl<R: EngineRuntime> Supervisor<R> {
             }
             if started.elapsed() > allowance {
                 let why = format!("not ready within its startup allowance of {} s", allowance.as_secs());
-                return Err(RunEnd::Failed { exit: Exit::Stopped(why), ready_for: None });
+                return Err(RunEnd::failed(Exit::Stopped(why), None));
             }
         }
     }
 
     /// Ready phase: liveness probes; `liveness_failures` misses in a row restart the engine even
     /// though its process lives (hung, SIGSTOPped, wedged driver).
-    async fn watch_liveness(&self, mut instance: R::Instance, addr: SocketAddr) -> RunEnd {
+    async fn watch_liveness(&self, instance: &mut R::Instance, addr: SocketAddr) -> RunEnd<R::Instance> {
         let health = &self.policy.health;
         let ready_at = Instant::now();
         let mut missed = 0u32;
         loop {
-            match self.next_step(&mut instance, health.liveness_interval, addr, health.liveness_timeout).await
-            {
-                Step::Cancel => return self.shutdown(instance).await,
-                Step::Exited(exit) => return RunEnd::Failed { exit, ready_for: Some(ready_at.elapsed()) },
+            match self.next_step(instance, health.liveness_interval, addr, health.liveness_timeout).await {
+                Step::Cancel => return RunEnd::Cancelled,
+                Step::Exited(exit) => return RunEnd::failed(exit, Some(ready_at.elapsed())),
                 Step::Probed(Health::Ready) => {
                     if missed > 0 {
                         missed = 0;
@@ -266,7 +320,7 @@ impl<R: EngineRuntime> Supervisor<R> {
                     self.set_state(EngineState::Unhealthy { failed_probes: missed }, |_| {});
                     if missed >= health.liveness_failures {
                         let why = format!("hung: {missed} liveness probes failed (last: {other:?})");
-                        return self.end_run(instance, Exit::Stopped(why), Some(ready_at.elapsed())).await;
+                        return RunEnd::failed(Exit::Stopped(why), Some(ready_at.elapsed()));
                     }
                 }
             }
@@ -291,15 +345,7 @@ impl<R: EngineRuntime> Supervisor<R> {
         }
     }
 
-    /// Stops an engine the supervisor gave up on and reports the run as failed with `exit`.
-    async fn end_run(&self, instance: R::Instance, exit: Exit, ready_for: Option<Duration>) -> RunEnd {
-        if let Err(err) = instance.stop(self.policy.hung_grace).await {
-            self.event(Level::Error, format!("stopping failed engine: {err}"));
-        }
-        RunEnd::Failed { exit, ready_for }
-    }
-
-    async fn shutdown(&self, instance: R::Instance) -> RunEnd {
+    async fn shutdown(&self, instance: R::Instance) -> RunEnd<R::Instance> {
         match instance.stop(self.policy.stop_grace).await {
             Ok(exit) => self.event(Level::Info, format!("engine stopped ({exit})")),
             Err(err) => self.event(Level::Error, format!("stopping engine: {err}")),
