@@ -306,3 +306,56 @@ impl Controller for Predictive {
         self.predicted_peak_c
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller() -> Predictive {
+        let limits = DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false };
+        Predictive::new(limits, ModelParams::prior(), 1.0)
+    }
+
+    fn obs(t_s: f64, junction_c: f64, power_w: f64, fan_duty_pct: f64) -> Observation {
+        Observation { t_s, junction_c, power_w, fan_duty_pct, load: None }
+    }
+
+    /// Right after work drains the junction still feels the work's power, so a prompt arriving
+    /// then would add less than one arriving once the junction has settled at idle.
+    #[test]
+    fn surprise_reserve_starts_from_the_power_the_junction_feels() {
+        let mut c = controller();
+        for _ in 0..60 {
+            c.model.observe(70.0, 200.0, 40.0);
+        }
+        let idle = vec![c.forecast.idle_w(); 90];
+        let reserve = c.surprise_reserve(&idle, true);
+        assert!(reserve.iter().all(|r| *r > 0.0), "no idle gap learned: room everywhere");
+        assert!(reserve[0] < 0.7 * reserve[89], "{} vs {}", reserve[0], reserve[89]);
+        assert!(reserve.windows(2).all(|w| w[0] <= w[1] + 1e-9), "grows as the junction cools");
+    }
+
+    /// A junction that stays warmer than the model expects builds a margin; one that follows the
+    /// model builds none.
+    #[test]
+    fn model_bias_grows_only_where_the_model_runs_cool() {
+        let mut cool = controller();
+        let mut right = controller();
+        // 150 W at 60 % settles near 74 °C in the prior; 30 samples leave its fit unchanged.
+        let (power_w, duty, held_c) = (150.0, 60.0, 90.0);
+        let mut tj = 80.0;
+        for k in 0..30 {
+            let t = k as f64;
+            cool.learn_bias(&obs(t, held_c, power_w, duty));
+            cool.junction_est_c = Some(held_c);
+            cool.model.observe(held_c, power_w, duty);
+            // The model's own one-step prediction is what `right` reads next.
+            right.learn_bias(&obs(t, tj, power_w, duty));
+            right.junction_est_c = Some(tj);
+            right.model.observe(tj, power_w, duty);
+            right.model.predict(tj, &[power_w], |_| duty, |_, next| tj = next);
+        }
+        assert!(right.model_bias_c.abs() < BIAS_DEADBAND_C, "{}", right.model_bias_c);
+        assert!(cool.model_bias_c > 1.0, "{}", cool.model_bias_c);
+    }
+}
