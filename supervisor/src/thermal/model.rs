@@ -282,6 +282,11 @@ impl ThermalModel {
         junction_c - self.params.r_js_k_per_w * self.power_j_w.unwrap_or(0.0)
     }
 
+    /// Heatsink warming per joule the device draws (the inverse of the heatsink capacity).
+    pub fn sink_k_per_j(&self) -> f64 {
+        self.params.sink[0]
+    }
+
     /// Predicts the junction over `power.len()` steps from a junction reading now, with
     /// `duty(k)` commanded at step k; calls `visit(k, junction)` for each step.
     pub fn predict(
@@ -289,12 +294,24 @@ impl ThermalModel {
         junction_c: f64,
         power: &[f64],
         duty: impl Fn(usize) -> f64,
+        visit: impl FnMut(usize, f64),
+    ) {
+        self.predict_from(junction_c, self.power_j_w.unwrap_or(0.0), power, duty, visit);
+    }
+
+    /// [`Self::predict`] from a past state: the junction then and the power it felt then.
+    pub fn predict_from(
+        &self,
+        junction_c: f64,
+        power_j_w: f64,
+        power: &[f64],
+        duty: impl Fn(usize) -> f64,
         mut visit: impl FnMut(usize, f64),
     ) {
         let [a, b, c, e, g] = self.params.sink;
         let r_js = self.params.r_js_k_per_w;
         let alpha = self.junction_filter();
-        let mut pj = self.power_j_w.unwrap_or(0.0);
+        let mut pj = power_j_w;
         let mut ts = junction_c - r_js * pj;
         for (k, &p) in power.iter().enumerate() {
             let d = duty(k);

@@ -2,7 +2,7 @@
 //! predicts the junction with the learned model and picks the slowest duty that, held for a
 //! while and then followed by full speed, keeps the junction under the limit over the horizon —
 //! with room kept for a large prompt arriving unannounced. Rate limits and hysteresis keep the
-//! fan from hunting.
+//! fan from hunting. The margin under the limit grows by what the model has recently got wrong.
 
 use std::collections::VecDeque;
 
@@ -39,6 +39,17 @@ fn grid(duty: f64) -> f64 {
 const STOP_DWELL: usize = 30;
 /// Bisection resolution of the duty search.
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
+/// Seconds from an unannounced prompt's arrival until a raised command cools the heatsink: the
+/// period in which it is first seen plus the fan's spin-up.
+const FAN_RESPONSE_S: f64 = 2.0;
+/// The model's recent error is measured by replaying this span (the hold of a plan) from the
+/// junction estimate at its start with the power and fan duty that were seen ...
+const BIAS_WINDOW_S: f64 = HOLD_S;
+/// ... averaged over this time constant ...
+const BIAS_TAU_S: f64 = 10.0;
+/// ... and only the part above this is added to the margin (a 1 °C sensor leaves about this much
+/// in the average where the model is right).
+const BIAS_DEADBAND_C: f64 = 0.3;
 
 pub struct Predictive {
     limits: DeviceLimits,
@@ -51,6 +62,19 @@ pub struct Predictive {
     predicted_peak_c: Option<f64>,
     /// Filtered junction estimate.
     junction_est_c: Option<f64>,
+    /// The last `BIAS_WINDOW_S` of estimates and inputs, to replay through the model.
+    replay: VecDeque<ReplayStep>,
+    /// Mean amount (°C) by which the junction ran warmer than the replayed model.
+    model_bias_c: f64,
+}
+
+/// One period as the model saw it: the state at its start and the inputs over it.
+#[derive(Debug, Clone, Copy)]
+struct ReplayStep {
+    junction_c: f64,
+    power_j_w: f64,
+    power_w: f64,
+    duty_pct: f64,
 }
 
 impl Predictive {
@@ -65,6 +89,8 @@ impl Predictive {
             prediction_30s_c: None,
             predicted_peak_c: None,
             junction_est_c: None,
+            replay: VecDeque::new(),
+            model_bias_c: 0.0,
         }
     }
 
@@ -117,15 +143,22 @@ impl Predictive {
         hi
     }
 
-    /// Junction rise a large prompt arriving at each step would add on top of the forecast power.
-    /// While the engine works on known requests, room is kept only where prompts have been seen
-    /// arriving while it was busy (several users, batch jobs); after it drains, only from the
-    /// learned shortest idle gap on (one user or agent waits for each answer, then thinks or
-    /// runs a tool).
+    /// Junction rise a large prompt arriving at each step would add on top of the forecast power:
+    /// the junction's own rise from the power it feels at that step (low-passed: right after a
+    /// drain it is still warm from the work, so a prompt then adds less than one from idle), plus
+    /// the heatsink's warming until the fan answers. While the engine works on known requests,
+    /// room is kept only where prompts have been seen arriving while it was busy (several users,
+    /// batch jobs); after it drains, only from the learned shortest idle gap on (one user or
+    /// agent waits for each answer, then thinks or runs a tool).
     fn surprise_reserve(&self, power: &[f64], loaded: bool) -> Vec<f64> {
-        let rise_share = 1.0 - (-self.forecast.large_prefill_s() / JUNCTION_TAU_S).exp();
+        let prefill_s = self.forecast.large_prefill_s();
+        let rise_share = 1.0 - (-prefill_s / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
+        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + FAN_RESPONSE_S);
+        let prefill_w = self.forecast.prefill_w();
         let idle_w = self.forecast.idle_w();
+        let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
+        let mut power_j = self.model.power_j_w().unwrap_or(idle_w);
         // The forecast has no new arrivals: once idle it stays idle.
         let drained = if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
         let quiet_s = self.forecast.quiet_after_idle_s();
@@ -136,14 +169,47 @@ impl Predictive {
             .iter()
             .enumerate()
             .map(|(k, &p)| {
+                power_j += (p - power_j) * alpha;
                 let open = if k < drained { busy } else { k >= after_idle };
                 if open {
-                    r_js * (self.forecast.prefill_w() - p).max(0.0) * rise_share
+                    r_js * (prefill_w - power_j).max(0.0) * rise_share + sink_s * (prefill_w - p).max(0.0)
                 } else {
                     0.0
                 }
             })
             .collect()
+    }
+
+    /// Replays the last `BIAS_WINDOW_S` through the current model and folds how much warmer the
+    /// junction is than the replay into `model_bias_c`. Call before the estimate is updated.
+    fn learn_bias(&mut self, obs: &Observation) {
+        let (Some(junction_c), Some(power_j_w)) = (self.junction_est_c, self.model.power_j_w()) else {
+            return;
+        };
+        let window = ((BIAS_WINDOW_S / self.dt_s).round() as usize).max(1);
+        if self.replay.len() == window {
+            self.replay.pop_front();
+        }
+        self.replay.push_back(ReplayStep {
+            junction_c,
+            power_j_w,
+            power_w: obs.power_w,
+            duty_pct: obs.fan_duty_pct,
+        });
+        let Some(start) = self.replay.front().copied().filter(|_| self.replay.len() == window) else {
+            return;
+        };
+        let power: Vec<f64> = self.replay.iter().map(|s| s.power_w).collect();
+        let mut replayed = start.junction_c;
+        self.model.predict_from(
+            start.junction_c,
+            start.power_j_w,
+            &power,
+            |k| self.replay[k].duty_pct,
+            |_, tj| replayed = tj,
+        );
+        let error = obs.junction_c - replayed;
+        self.model_bias_c += (error - self.model_bias_c) * (self.dt_s / BIAS_TAU_S).min(1.0);
     }
 
     /// Rate limits and hysteresis: up at once (with headroom), down only after a dwell.
@@ -186,6 +252,7 @@ impl Controller for Predictive {
         if let Some(load) = &obs.load {
             self.forecast.observe(load, obs.power_w, self.dt_s);
         }
+        self.learn_bias(obs);
         // One-step prediction from the last estimate, corrected by the reading.
         let junction_c = match self.junction_est_c {
             Some(est) => {
@@ -205,7 +272,9 @@ impl Controller for Predictive {
         let power = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
         let reserve = self.surprise_reserve(&power, obs.load.is_some());
         let limit = self.limits.junction_limit_c;
-        let required = self.required_duty(junction_c, &power, &reserve, limit - MARGIN_C);
+        // A model that has lately run cool (a fit still poor in this region) gets more room.
+        let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
+        let required = self.required_duty(junction_c, &power, &reserve, limit - margin);
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let duty = self.smooth(required).max(floor);
@@ -235,5 +304,58 @@ impl Controller for Predictive {
 
     fn predicted_peak_c(&self) -> Option<f64> {
         self.predicted_peak_c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller() -> Predictive {
+        let limits = DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false };
+        Predictive::new(limits, ModelParams::prior(), 1.0)
+    }
+
+    fn obs(t_s: f64, junction_c: f64, power_w: f64, fan_duty_pct: f64) -> Observation {
+        Observation { t_s, junction_c, power_w, fan_duty_pct, load: None }
+    }
+
+    /// Right after work drains the junction still feels the work's power, so a prompt arriving
+    /// then would add less than one arriving once the junction has settled at idle.
+    #[test]
+    fn surprise_reserve_starts_from_the_power_the_junction_feels() {
+        let mut c = controller();
+        for _ in 0..60 {
+            c.model.observe(70.0, 200.0, 40.0);
+        }
+        let idle = vec![c.forecast.idle_w(); 90];
+        let reserve = c.surprise_reserve(&idle, true);
+        assert!(reserve.iter().all(|r| *r > 0.0), "no idle gap learned: room everywhere");
+        assert!(reserve[0] < 0.7 * reserve[89], "{} vs {}", reserve[0], reserve[89]);
+        assert!(reserve.windows(2).all(|w| w[0] <= w[1] + 1e-9), "grows as the junction cools");
+    }
+
+    /// A junction that stays warmer than the model expects builds a margin; one that follows the
+    /// model builds none.
+    #[test]
+    fn model_bias_grows_only_where_the_model_runs_cool() {
+        let mut cool = controller();
+        let mut right = controller();
+        // 150 W at 60 % settles near 74 °C in the prior; 30 samples leave its fit unchanged.
+        let (power_w, duty, held_c) = (150.0, 60.0, 90.0);
+        let mut tj = 80.0;
+        for k in 0..30 {
+            let t = k as f64;
+            cool.learn_bias(&obs(t, held_c, power_w, duty));
+            cool.junction_est_c = Some(held_c);
+            cool.model.observe(held_c, power_w, duty);
+            // The model's own one-step prediction is what `right` reads next.
+            right.learn_bias(&obs(t, tj, power_w, duty));
+            right.junction_est_c = Some(tj);
+            right.model.observe(tj, power_w, duty);
+            right.model.predict(tj, &[power_w], |_| duty, |_, next| tj = next);
+        }
+        assert!(right.model_bias_c.abs() < BIAS_DEADBAND_C, "{}", right.model_bias_c);
+        assert!(cool.model_bias_c > 1.0, "{}", cool.model_bias_c);
     }
 }
