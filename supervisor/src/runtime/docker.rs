@@ -34,9 +34,6 @@ pub const LABEL_ENGINE: &str = "lucebox.engine";
 pub const LABEL_PLAN: &str = "lucebox.plan";
 /// Seconds bollard waits for one API answer.
 const API_TIMEOUT_S: u64 = 30;
-/// How long after a restart its dead predecessor is removed (its rootfs and dockerd's bookkeeping
-/// would otherwise compete with the new engine's first moments).
-const PREDECESSOR_REMOVAL_DELAY: Duration = Duration::from_millis(500);
 /// Reconnect delays while dockerd is away: 100 ms doubling to 2 s.
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
@@ -115,7 +112,8 @@ impl DockerRuntime {
             .collect())
     }
 
-    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+    /// Removes container `id` whatever its state (a running one is killed first).
+    pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         self.deaths().remove(id);
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         match self.docker.remove_container(id, Some(options)).await {
@@ -191,9 +189,27 @@ impl DockerRuntime {
         }
     }
 
-    /// Creates and starts a new container for `choice` (what Docker itself takes to bring the
-    /// engine up from nothing: the bench's bare start).
-    pub async fn start_fresh(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+    /// Creates and starts a new container for `choice`, watched.
+    async fn start_fresh(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
+        let after = unix_nanos();
+        let id = self.create(name, choice).await?;
+        // Watched from before the start: a death right after it is not missed.
+        let instance = self.instance(name, id.clone(), after, None);
+        self.start_created(&id).await?;
+        instance.watch_process();
+        Ok(instance)
+    }
+
+    /// Creates and starts a container for `choice` with nothing of the supervisor around it (no
+    /// watchers, no listing): what Docker itself takes, the bench's bare start. Its id; remove it
+    /// with [`Self::remove`].
+    pub async fn start_bare(&self, name: &str, choice: &Choice) -> Result<String, RuntimeError> {
+        let id = self.create(name, choice).await?;
+        self.start_created(&id).await?;
+        Ok(id)
+    }
+
+    async fn create(&self, name: &str, choice: &Choice) -> Result<String, RuntimeError> {
         let hash = plan_hash(choice, &self.image);
         let body = self.container_body(name, &hash, &choice.launch);
         // Unique per start: a dead predecessor may still be being removed.
@@ -201,19 +217,21 @@ impl DockerRuntime {
             name: Some(format!("lucebox-{name}-{}-{:04x}", &hash[..8], unique_suffix())),
             ..Default::default()
         };
-        let after = unix_nanos();
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
             .map_err(docker_error("create container"))?;
-        let instance = self.instance(name, created.id.clone(), after, None);
-        if let Err(e) = self.docker.start_container(&created.id, None).await {
-            self.remove(&created.id).await?;
+        Ok(created.id)
+    }
+
+    /// Starts a container just created; one that will not start is removed.
+    async fn start_created(&self, id: &str) -> Result<(), RuntimeError> {
+        if let Err(e) = self.docker.start_container(id, None).await {
+            self.remove(id).await?;
             return Err(docker_error("start container")(e));
         }
-        instance.watch_process();
-        Ok(instance)
+        Ok(())
     }
 
     /// Starts the stopped container `id` again (same configuration, no create): the fast path of
@@ -428,11 +446,10 @@ impl EngineRuntime for DockerRuntime {
             Some(instance) => Ok(instance),
             None => self.start_fresh(name, choice).await,
         };
-        // Dead predecessors go once the new engine runs, a moment later: removing them must not
-        // delay it, nor compete with a small model's load.
+        // Dead predecessors go once the new engine runs: removing them must not delay it. (Not
+        // later: a supervisor stopped right after a restart would leave them behind.)
         let runtime = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(PREDECESSOR_REMOVAL_DELAY).await;
             for id in dead {
                 if let Err(err) = runtime.remove(&id).await {
                     tracing::warn!(container = %short(&id), "removing dead engine container: {err}");

@@ -1,8 +1,9 @@
 //! `lucebox runtime bench`: how fast a killed engine is seen dead and is healthy again, against
 //! the engine's bare start in the same runtime, with no supervisor: for `process` a spawn of
 //! llama-server until its first 200 from `/health`; for `docker` what Docker itself takes to bring
-//! the engine container from nothing to healthy (create + start of the same container, until the
-//! first 200 from `/health`). `/health` is polled at the supervisor's startup cadence in both.
+//! the engine container from nothing to healthy (create + start of the same container, with none
+//! of the supervisor's watchers, until the first 200 from `/health`). `/health` is polled at the
+//! supervisor's startup cadence in both.
 //!
 //! Each kill comes after the engine was ready for `--settle-s`, which is also the policy's reset
 //! period for the run: every kill is a first failure, restarted at once, as a lone crash is.
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::harness::{self, EngineArgs, Kind, Target, ENGINE};
 use crate::plan::Choice;
 use crate::runtime::probe::{self, Health};
+use crate::runtime::process::ProcessInstance;
 use crate::runtime::{
     run_with, EngineInstance, EngineRuntime, ProcessRuntime, RuntimeError, SupervisionPolicy,
 };
@@ -82,16 +84,22 @@ pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Resul
     let report = match args.engine.runtime {
         Kind::Process => {
             let runtime = ProcessRuntime::new();
-            let bare = async |choice: &Choice| runtime.start(ENGINE, choice).await;
-            let what = "spawn llama-server -> first /health 200";
-            measure(runtime.clone(), &args, Target::Process, what, bare).await?
+            let bare = Bare {
+                what: "spawn llama-server -> first /health 200",
+                start: async |choice: &Choice| runtime.start(ENGINE, choice).await,
+                stop: async |instance: ProcessInstance| instance.stop(Duration::from_secs(5)).await.map(drop),
+            };
+            measure(runtime.clone(), &args, Target::Process, bare).await?
         }
         Kind::Docker => {
             let docker = args.engine.docker(&config).await?;
             let target = Target::Docker(docker.client().clone());
-            let bare = async |choice: &Choice| docker.start_fresh(ENGINE, choice).await;
-            let what = "docker create + start of the engine container -> first /health 200";
-            measure(docker.clone(), &args, target, what, bare).await?
+            let bare = Bare {
+                what: "docker create + start of the engine container -> first /health 200",
+                start: async |choice: &Choice| docker.start_bare(ENGINE, choice).await,
+                stop: async |id: String| docker.remove(&id).await,
+            };
+            measure(docker.clone(), &args, target, bare).await?
         }
     };
     if args.json {
@@ -114,12 +122,21 @@ pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-async fn measure<R: EngineRuntime + Clone>(
+/// The engine brought up by the runtime alone: `start` it, `stop` it again.
+struct Bare<Start, Stop> {
+    what: &'static str,
+    start: Start,
+    stop: Stop,
+}
+
+async fn measure<R: EngineRuntime + Clone, T>(
     runtime: R,
     args: &BenchArgs,
     target: Target,
-    bare_start: &'static str,
-    start_bare: impl AsyncFn(&Choice) -> Result<R::Instance, RuntimeError>,
+    bare_start: Bare<
+        impl AsyncFn(&Choice) -> Result<T, RuntimeError>,
+        impl AsyncFn(T) -> Result<(), RuntimeError>,
+    >,
 ) -> anyhow::Result<Report> {
     let plan = args.engine.plan()?;
     let choice = plan.groups[0].choice.clone();
@@ -129,7 +146,7 @@ async fn measure<R: EngineRuntime + Clone>(
     // Half the bare starts before the kills and half after: dockerd's speed drifts over a run,
     // and a baseline taken only at one end skews the ratio either way.
     let before_kills = args.bare_starts.div_ceil(2);
-    let mut bare = time_bare_starts(before_kills, &choice, addr, &start_bare).await?;
+    let mut bare = time_bare_starts(before_kills, &choice, addr, &bare_start).await?;
 
     let mut policy = SupervisionPolicy::default();
     policy.restart.reset_after = settle;
@@ -167,13 +184,13 @@ async fn measure<R: EngineRuntime + Clone>(
     cancel.cancel();
     task.await.context("supervisor task")??;
     outcome?;
-    bare.extend(time_bare_starts(args.bare_starts - before_kills, &choice, addr, &start_bare).await?);
+    bare.extend(time_bare_starts(args.bare_starts - before_kills, &choice, addr, &bare_start).await?);
 
     let bare_start_ms = Summary::of(bare);
     let kill_to_healthy_ms = Summary::of(healthy);
     Ok(Report {
         runtime: runtime.kind().to_string(),
-        bare_start,
+        bare_start: bare_start.what,
         kills: death_seen.len(),
         ratio_median: kill_to_healthy_ms.median / bare_start_ms.median,
         bare_start_ms,
@@ -184,27 +201,33 @@ async fn measure<R: EngineRuntime + Clone>(
 
 /// Times `count` bare starts: start, poll `/health` at the supervisor's startup cadence until
 /// ready, stop.
-async fn time_bare_starts<I: EngineInstance>(
+async fn time_bare_starts<T>(
     count: u32,
     choice: &Choice,
     addr: SocketAddr,
-    start_bare: &impl AsyncFn(&Choice) -> Result<I, RuntimeError>,
+    bare: &Bare<
+        impl AsyncFn(&Choice) -> Result<T, RuntimeError>,
+        impl AsyncFn(T) -> Result<(), RuntimeError>,
+    >,
 ) -> anyhow::Result<Vec<f64>> {
     let poll = SupervisionPolicy::default().health;
     let mut times = Vec::new();
     for _ in 0..count {
         let started = Instant::now();
-        let instance = start_bare(choice).await?;
+        let engine = (bare.start)(choice).await?;
+        let mut healthy = true;
         while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(60),
-                "bare start not healthy within 60 s"
-            );
+            if started.elapsed() > Duration::from_secs(60) {
+                healthy = false;
+                break;
+            }
             // The supervisor's own startup cadence: the comparison is of restart overhead only.
             tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
         }
-        times.push(started.elapsed().as_secs_f64() * 1e3);
-        instance.stop(Duration::from_secs(5)).await?;
+        let elapsed = started.elapsed();
+        (bare.stop)(engine).await?;
+        anyhow::ensure!(healthy, "bare start not healthy within 60 s");
+        times.push(elapsed.as_secs_f64() * 1e3);
     }
     Ok(times)
 }
