@@ -41,7 +41,7 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     unsafe { libc::kill(container_pid(&id), libc::SIGKILL) };
     // Restarted at once; the exit code dockerd reports afterwards reaches the status too.
     let engine = sup.wait_engine("d-kill9", READY, "ready after kill -9, exit reported", |e| {
-        restarts(e) == 1 && state(e) == "ready" && exit_of(e).contains("137")
+        restarts(e) == 1 && state(e) == "ready" && last_exit(e).contains("137")
     });
     assert_one_container("d-kill9", port);
     chat(port);
@@ -53,15 +53,11 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let engine = sup
         .wait_engine("d-kill9", READY, "ready after a 2nd kill", |e| restarts(e) == 2 && state(e) == "ready");
-    assert!(exit_of(&engine).contains("137"), "{engine}");
+    assert!(last_exit(&engine).contains("137"), "{engine}");
     assert_eq!(instance(&engine), id, "started again, not re-created");
     assert_ne!(container_pid(&id), pid);
     assert_one_container("d-kill9", port);
     chat(port);
-}
-
-fn exit_of(engine: &serde_json::Value) -> &str {
-    engine["last_exit"].as_str().unwrap_or_default()
 }
 
 #[test]
@@ -70,7 +66,7 @@ fn exit_137_from_docker_kill_is_restarted() {
     let id = instance(&sup.wait_ready("d-137", READY));
     docker(&["kill", "--signal", "KILL", &id]);
     sup.wait_engine("d-137", READY, "restarted, exit 137 reported", |e| {
-        restarts(e) == 1 && state(e) == "ready" && exit_of(e).contains("137")
+        restarts(e) == 1 && state(e) == "ready" && last_exit(e).contains("137")
     });
     assert_one_container("d-137", port);
 }
@@ -83,7 +79,7 @@ fn hung_container_is_restarted_by_liveness_probes() {
     let engine = sup.wait_engine("d-stop", Duration::from_secs(40), "restarted", |e| {
         restarts(e) == 1 && state(e) == "ready"
     });
-    assert!(engine["last_exit"].as_str().unwrap().contains("hung"), "{engine}");
+    assert!(last_exit(&engine).contains("hung"), "{engine}");
     assert_one_container("d-stop", port);
 }
 

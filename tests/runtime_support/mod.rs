@@ -231,6 +231,10 @@ pub fn restarts(engine: &Value) -> u64 {
     engine["restarts"].as_u64().unwrap_or(0)
 }
 
+pub fn last_exit(engine: &Value) -> &str {
+    engine["last_exit"].as_str().unwrap_or("")
+}
+
 pub fn instance(engine: &Value) -> String {
     engine["instance"].as_str().unwrap_or("").to_string()
 }

@@ -353,7 +353,16 @@ impl DockerInstance {
     /// Watches the running container's process, to see it end before dockerd reports it.
     fn watch_process(&self) {
         let (runtime, id, ended) = (self.runtime.clone(), self.id.clone(), self.ended.clone());
-        let process_ended = move || {
+        let cancel = self.watcher.clone();
+        tokio::spawn(async move {
+            let watched = tokio::select! {
+                _ = cancel.cancelled() => return,
+                watched = container_process::ended(&runtime.docker, &id) => watched,
+            };
+            if let Err(why) = watched {
+                tracing::debug!(container = %short(&id), "death seen by events only: {why}");
+                return;
+            }
             ended.send_if_modified(|exit| {
                 if exit.is_some() {
                     return false; // dockerd told first
@@ -362,9 +371,7 @@ impl DockerInstance {
                 *exit = Some(Exit::Ended);
                 true
             });
-        };
-        let docker = self.runtime.docker.clone();
-        tokio::spawn(watch_process(docker, self.id.clone(), process_ended, self.watcher.clone()));
+        });
     }
 }
 
@@ -505,17 +512,6 @@ impl EngineInstance for DockerInstance {
         self.runtime.remove(&self.id).await?;
         tracing::debug!(engine = %self.engine, container = %short(&self.id), "removed");
         Ok(exit)
-    }
-}
-
-/// Calls `ended` once the container's process has ended, if it can be watched here.
-async fn watch_process(docker: Docker, id: String, ended: impl FnOnce(), cancel: CancellationToken) {
-    tokio::select! {
-        _ = cancel.cancelled() => {}
-        watched = container_process::ended(&docker, &id) => match watched {
-            Ok(()) => ended(),
-            Err(why) => tracing::debug!(container = %short(&id), "death seen by events only: {why}"),
-        },
     }
 }
 
