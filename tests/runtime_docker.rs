@@ -130,6 +130,26 @@ fn sigterm_stops_and_removes_the_container() {
     assert!(engine_pids(port).is_empty(), "engine process left after SIGTERM");
 }
 
+#[test]
+fn sigterm_during_a_restart_backoff_leaves_no_container() {
+    require_docker();
+    let _cleanup = ContainerCleanup("d-term-backoff".to_string());
+    let port = free_port();
+    // An engine that exits at once (unknown flag): restarted with growing delays.
+    let mut plan = tiny_plan("d-term-backoff", port, true);
+    plan.groups[0].choice.launch.args.push("--no-such-flag".to_string());
+    let mut sup = Supervisor::start(&plan, "docker");
+    // The 4th failure waits 2 s before the next start: the engine's container has exited then.
+    sup.wait_engine("d-term-backoff", Duration::from_secs(60), "a restart delay", |e| {
+        restarts(e) >= 4 && state(e) == "crash-looping"
+    });
+    assert!(!containers("d-term-backoff").is_empty(), "the exited container is there before SIGTERM");
+    sup.signal(libc::SIGTERM);
+    let status = sup.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", tail(&sup.log(), 20));
+    assert!(containers("d-term-backoff").is_empty(), "exited container left after SIGTERM");
+}
+
 /// After each supervisor restart (its task aborted, the container adopted) exactly one
 /// supervisor reacts to the next faults: no duplicate starts, nothing left at the end.
 #[test]

@@ -465,6 +465,13 @@ impl EngineRuntime for DockerRuntime {
         });
         started
     }
+
+    async fn clean_up(&self, name: &str) -> Result<(), RuntimeError> {
+        for c in self.containers_of(name).await? {
+            self.remove(&c.id).await?;
+        }
+        Ok(())
+    }
 }
 
 impl EngineInstance for DockerInstance {

@@ -33,6 +33,10 @@ pub trait EngineRuntime: Send + Sync + 'static {
         name: &str,
         choice: &Choice,
     ) -> impl Future<Output = Result<Self::Instance, RuntimeError>> + Send;
+
+    /// Removes what is left of engine `name`'s ended runs (an exited container kept to start
+    /// again in place). The supervisor calls it when it stops between runs: nothing stays behind.
+    fn clean_up(&self, name: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 }
 
 /// One running engine.

@@ -92,6 +92,11 @@ impl EngineRuntime for ProcessRuntime {
             progress,
         })
     }
+
+    /// An ended child was reaped when its exit was read: nothing is left of it.
+    async fn clean_up(&self, _name: &str) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 impl ProcessInstance {

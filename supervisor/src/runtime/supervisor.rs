@@ -93,7 +93,7 @@ impl<R: EngineRuntime> Supervisor<R> {
             // Waiting for the runtime (dockerd restarting) is not a failure of the engine.
             tokio::select! {
                 _ = self.cancel.cancelled() => {
-                    self.set_state(EngineState::Stopped, |s| s.instance = None);
+                    self.stopped().await;
                     return Ok(());
                 }
                 _ = self.runtime.available() => {}
@@ -104,8 +104,7 @@ impl<R: EngineRuntime> Supervisor<R> {
             };
             let (exit, ready_for, unreported) = match end {
                 RunEnd::Cancelled => {
-                    self.set_state(EngineState::Stopped, |s| s.instance = None);
-                    self.event(Level::Info, "stopped".to_string());
+                    self.stopped().await;
                     return Ok(());
                 }
                 RunEnd::Failed { exit, ready_for, unreported } => (exit, ready_for, unreported),
@@ -119,7 +118,13 @@ impl<R: EngineRuntime> Supervisor<R> {
             // any other restart waits anyway, so its status and reasons carry the code.
             let (exit, report_later) = match unreported {
                 Some(instance) if delay.is_zero() && !crash_loop => (exit, Some(instance)),
-                Some(mut instance) => (instance.final_exit(EXIT_REPORT_WAIT).await, None),
+                Some(mut instance) => {
+                    let reported = tokio::select! {
+                        _ = self.cancel.cancelled() => exit, // shutdown does not wait for the code
+                        reported = instance.final_exit(EXIT_REPORT_WAIT) => reported,
+                    };
+                    (reported, None)
+                }
                 None => (exit, None),
             };
             // One update: observers never see the new exit with the old state.
@@ -174,13 +179,31 @@ impl<R: EngineRuntime> Supervisor<R> {
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => {
-                    self.set_state(EngineState::Stopped, |_| {});
-                    self.event(Level::Info, "stopped".to_string());
+                    self.stopped().await;
                     return Ok(());
                 }
                 _ = tokio::time::sleep(delay.saturating_sub(failed_at.elapsed())) => {}
             }
         }
+    }
+
+    /// The end of supervision: what is left of ended runs is removed (bounded: a frozen runtime
+    /// must not hold up shutdown), and the engine shows as stopped.
+    async fn stopped(&self) {
+        let name = &self.group.name;
+        match tokio::time::timeout(self.policy.stop_grace, self.runtime.clean_up(name)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => self.event(Level::Error, format!("removing what is left of the engine: {err}")),
+            Err(_) => self.event(
+                Level::Error,
+                format!(
+                    "removing what is left of the engine: no answer within {} s",
+                    self.policy.stop_grace.as_secs()
+                ),
+            ),
+        }
+        self.set_state(EngineState::Stopped, |s| s.instance = None);
+        self.event(Level::Info, "stopped".to_string());
     }
 
     /// Puts the exit code the runtime reports after the restart into the status (unless the
