@@ -18,10 +18,11 @@ fn start(name: &str) -> (u16, Supervisor, ContainerCleanup) {
     (port, sup, cleanup)
 }
 
-fn assert_one_container(name: &str, port: u16) {
+fn assert_one_engine(name: &str, port: u16) {
     assert!(
-        eventually(Duration::from_secs(5), || containers(name).len() == 1 && engine_pids(port).len() == 1),
-        "expected exactly one container and engine: {:?} / {:?}",
+        eventually(Duration::from_secs(5), || one_engine(name, port)),
+        "expected one engine, one running container and at most one stopped: {:?} running of {:?} / {:?}",
+        running_containers(name),
         containers(name),
         engine_pids(port)
     );
@@ -29,7 +30,7 @@ fn assert_one_container(name: &str, port: u16) {
 
 #[test]
 fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
-    let (port, sup, _cleanup) = start("d-kill9");
+    let (port, mut sup, _cleanup) = start("d-kill9");
     let engine = sup.wait_ready("d-kill9", READY);
     assert_eq!(engine["runtime"], "docker");
     let id = instance(&engine);
@@ -43,21 +44,34 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     let engine = sup.wait_engine("d-kill9", READY, "ready after kill -9, exit reported", |e| {
         restarts(e) == 1 && state(e) == "ready" && last_exit(e).contains("137")
     });
-    assert_one_container("d-kill9", port);
+    assert_one_engine("d-kill9", port);
     chat(port);
 
-    // A second failure within the reset period waits out its backoff, by when dockerd has
-    // reported the exit: same plan, same image, so the container is started again in place.
-    let id = instance(&engine);
-    let pid = container_pid(&id);
+    // The crashed container was kept, stopped, for the next restart.
+    let second = instance(&engine);
+    assert_ne!(second, id, "a lone crash restarts in a new container");
+    assert_eq!(containers("d-kill9").len(), 2);
+    assert_eq!(running_containers("d-kill9"), vec![second.clone()]);
+
+    // A second failure within the reset period waits out its backoff, then starts the kept
+    // container again (same plan, same image: no create) and keeps the one that just died.
+    let pid = container_pid(&second);
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let engine = sup
         .wait_engine("d-kill9", READY, "ready after a 2nd kill", |e| restarts(e) == 2 && state(e) == "ready");
     assert!(last_exit(&engine).contains("137"), "{engine}");
-    assert_eq!(instance(&engine), id, "started again, not re-created");
-    assert_ne!(container_pid(&id), pid);
-    assert_one_container("d-kill9", port);
+    assert_eq!(instance(&engine), id, "the kept container started again, not a new one");
+    assert_one_engine("d-kill9", port);
+    let mut kept = containers("d-kill9");
+    kept.sort();
+    let mut expected = vec![id.clone(), second];
+    expected.sort();
+    assert_eq!(kept, expected, "the container that just died is kept in turn");
     chat(port);
+    // Nothing is left after a clean stop, the kept container included.
+    sup.signal(libc::SIGTERM);
+    assert!(sup.wait_exit(Duration::from_secs(30)).success(), "{}", tail(&sup.log(), 20));
+    assert!(containers("d-kill9").is_empty(), "{:?}", containers("d-kill9"));
 }
 
 #[test]
@@ -68,7 +82,7 @@ fn exit_137_from_docker_kill_is_restarted() {
     sup.wait_engine("d-137", READY, "restarted, exit 137 reported", |e| {
         restarts(e) == 1 && state(e) == "ready" && last_exit(e).contains("137")
     });
-    assert_one_container("d-137", port);
+    assert_one_engine("d-137", port);
 }
 
 #[test]
@@ -80,7 +94,7 @@ fn hung_container_is_restarted_by_liveness_probes() {
         restarts(e) == 1 && state(e) == "ready"
     });
     assert!(last_exit(&engine).contains("hung"), "{engine}");
-    assert_one_container("d-stop", port);
+    assert_one_engine("d-stop", port);
 }
 
 #[test]
@@ -90,7 +104,7 @@ fn container_removed_from_outside_is_replaced() {
     docker(&["rm", "-f", &id]);
     let engine = sup.wait_engine("d-rm", READY, "replaced", |e| restarts(e) == 1 && state(e) == "ready");
     assert_ne!(instance(&engine), id);
-    assert_one_container("d-rm", port);
+    assert_one_engine("d-rm", port);
 }
 
 #[test]
@@ -102,7 +116,7 @@ fn restarted_supervisor_adopts_the_running_container() {
     assert_eq!(instance(&engine), id, "adopted, not restarted");
     assert_eq!(restarts(&engine), 0);
     assert!(sup.log().contains("adopted running docker engine"), "{}", tail(&sup.log(), 20));
-    assert_one_container("d-adopt", port);
+    assert_one_engine("d-adopt", port);
     chat(port);
 }
 
@@ -116,7 +130,7 @@ fn changed_plan_replaces_the_old_container_instead_of_adopting_it() {
     let sup = Supervisor::start(&plan, "docker");
     let engine = sup.wait_ready("d-replan", READY);
     assert_ne!(instance(&engine), old);
-    assert_one_container("d-replan", port);
+    assert_one_engine("d-replan", port);
 }
 
 #[test]

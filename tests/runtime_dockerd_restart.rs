@@ -98,8 +98,9 @@ fn engine_comes_back_once_after_a_dockerd_restart() {
     // A new engine process (in the same container started again, or a new one).
     assert_ne!(container_pid(&instance(&engine)), pid);
     assert!(
-        eventually(Duration::from_secs(10), || containers(name).len() == 1 && engine_pids(port).len() == 1),
-        "{:?} {:?}",
+        eventually(Duration::from_secs(10), || one_engine(name, port)),
+        "{:?} running of {:?} / {:?}",
+        running_containers(name),
         containers(name),
         engine_pids(port)
     );

@@ -314,6 +314,18 @@ pub fn containers(name: &str) -> Vec<String> {
     out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
 }
 
+/// Running container ids of engine `name`.
+pub fn running_containers(name: &str) -> Vec<String> {
+    let out = docker(&["ps", "-q", "--no-trunc", "--filter", &format!("label=lucebox.engine={name}")]);
+    out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// One engine for `name` on `port`: one process, one running container, and besides it at most
+/// one stopped container (the last crashed run, kept as the next restart's target).
+pub fn one_engine(name: &str, port: u16) -> bool {
+    running_containers(name).len() == 1 && containers(name).len() <= 2 && engine_pids(port).len() == 1
+}
+
 /// Removes every container of engine `name` when dropped (a failed test leaves nothing).
 pub struct ContainerCleanup(pub String);
 

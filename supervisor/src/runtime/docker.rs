@@ -6,6 +6,8 @@
 //! the container's process (`container_process.rs`), then with its exit code on Docker's event
 //! stream (only `die`/`destroy` of our container are asked for, so health-check `exec_*` noise
 //! never arrives); when dockerd goes away the watcher reconnects and asks for the state again.
+//! A crashed run's container is kept, stopped, as the next restart's target (see [`dispose`]):
+//! one running container per engine, at most one stopped beside it, none after a clean stop.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -257,6 +259,44 @@ impl DockerRuntime {
     }
 }
 
+/// What a start does with the containers left of an engine (with what the watchers saw of
+/// their end).
+#[derive(Debug, Default, PartialEq)]
+struct Disposal {
+    /// Running but not ours (ours has ended): removed before the start, it would hold the port.
+    duplicates: Vec<String>,
+    /// Started again instead of creating one (same plan, same image, exit processed).
+    target: Option<String>,
+    /// The run that just ended, kept stopped as the next restart's target: started again then,
+    /// long after dockerd has cleaned it up, it puts no `create` on the restart path.
+    keep: Option<String>,
+    /// Everything else: removed once the new engine runs.
+    remove: Vec<String>,
+}
+
+/// Prefers an older run's container as the target (dockerd finished with it long ago), then
+/// the one that just ended if dockerd has reported its exit; a just-ended one not started is
+/// kept. So at most one stopped container stays beside the running one.
+fn dispose(left: Vec<(EngineContainer, Option<Death>)>, hash: &str, image_id: Option<&str>) -> Disposal {
+    let mut disposal = Disposal::default();
+    let mut just_ended = None;
+    for (c, death) in left {
+        let same_plan = c.plan == hash && image_id == Some(c.image_id.as_str());
+        match death {
+            None if c.running => disposal.duplicates.push(c.id),
+            None if same_plan && disposal.target.is_none() => disposal.target = Some(c.id),
+            Some(death) if same_plan && just_ended.is_none() => just_ended = Some((c.id, death)),
+            _ => disposal.remove.push(c.id),
+        }
+    }
+    match just_ended {
+        Some((id, Death::Reported)) if disposal.target.is_none() => disposal.target = Some(id),
+        Some((id, _)) => disposal.keep = Some(id),
+        None => {}
+    }
+    disposal
+}
+
 /// Host network, read-only model directories, GPUs and device nodes, limits.
 fn host_config(launch: &Launch, limits: &ContainerLimits) -> HostConfig {
     let mut model_dirs: Vec<String> = launch
@@ -421,29 +461,23 @@ impl EngineRuntime for DockerRuntime {
     async fn start(&self, name: &str, choice: &Choice) -> Result<DockerInstance, RuntimeError> {
         let hash = plan_hash(choice, &self.image);
         let (containers, image_id) = tokio::join!(self.containers_of(name), self.image_id());
-        let mut reusable = None;
-        let mut dead = Vec::new();
-        for c in containers? {
-            let death = self.deaths().remove(&c.id);
-            if c.running && death.is_none() {
-                // Would hold the port (and be a duplicate): gone before the new one starts.
-                self.remove(&c.id).await?;
-            } else if death == Some(Death::ProcessEnded) {
-                // Not startable until dockerd has cleaned up; a new one starts meanwhile.
-                dead.push(c.id);
-            } else if reusable.is_none() && c.plan == hash && image_id.as_deref() == Some(c.image_id.as_str())
-            {
-                // Same plan, same image: starting it again skips the create (the restart path).
-                reusable = Some(c.id);
-            } else {
-                dead.push(c.id);
-            }
+        let left: Vec<(EngineContainer, Option<Death>)> = containers?
+            .into_iter()
+            .map(|c| {
+                let death = self.deaths().remove(&c.id);
+                (c, death)
+            })
+            .collect();
+        let Disposal { duplicates, target, keep, mut remove } = dispose(left, &hash, image_id.as_deref());
+        for id in &duplicates {
+            // Would hold the port: gone before the new one starts.
+            self.remove(id).await?;
         }
-        let reused = match reusable {
+        let reused = match target {
             Some(id) => match self.start_again(name, &id).await {
                 Some(instance) => Some(instance),
                 None => {
-                    dead.push(id);
+                    remove.push(id);
                     None
                 }
             },
@@ -453,11 +487,14 @@ impl EngineRuntime for DockerRuntime {
             Some(instance) => Ok(instance),
             None => self.start_fresh(name, choice).await,
         };
-        // Dead predecessors go once the new engine runs: removing them must not delay it. (Not
-        // later: a supervisor stopped right after a restart would leave them behind.)
+        if let Some(id) = keep {
+            tracing::debug!(engine = name, container = %short(&id), "kept as the next restart's container");
+        }
+        // The rest go once the new engine runs: removing them must not delay it. (Not later: a
+        // supervisor stopped right after a restart would leave them behind.)
         let runtime = self.clone();
         tokio::spawn(async move {
-            for id in dead {
+            for id in remove {
                 if let Err(err) = runtime.remove(&id).await {
                     tracing::warn!(container = %short(&id), "removing dead engine container: {err}");
                 }
@@ -824,5 +861,67 @@ mod tests {
         assert_eq!(exit_of(&event("die", Some("137"))), Some(Exit::Code(137)));
         assert!(matches!(exit_of(&event("destroy", None)), Some(Exit::Gone(_))));
         assert_eq!(exit_of(&event("exec_start", None)), None);
+    }
+
+    fn left(id: &str, plan: &str, running: bool, death: Option<Death>) -> (EngineContainer, Option<Death>) {
+        let c = EngineContainer { id: id.into(), plan: plan.into(), running, image_id: "img".into() };
+        (c, death)
+    }
+
+    #[test]
+    fn a_lone_crash_creates_and_keeps_the_dead_container_for_the_next_restart() {
+        // dockerd still lists it running: its exit is not processed yet.
+        let d = dispose(vec![left("a", "p", true, Some(Death::ProcessEnded))], "p", Some("img"));
+        assert_eq!(d, Disposal { keep: Some("a".into()), ..Default::default() });
+    }
+
+    #[test]
+    fn the_next_crash_starts_the_kept_container_and_keeps_the_new_dead_one() {
+        let d = dispose(
+            vec![left("b", "p", true, Some(Death::ProcessEnded)), left("a", "p", false, None)],
+            "p",
+            Some("img"),
+        );
+        assert_eq!(d, Disposal { target: Some("a".into()), keep: Some("b".into()), ..Default::default() });
+        // Also once dockerd has reported the new death (a restart after a backoff).
+        let d = dispose(
+            vec![left("b", "p", false, Some(Death::Reported)), left("a", "p", false, None)],
+            "p",
+            Some("img"),
+        );
+        assert_eq!(d, Disposal { target: Some("a".into()), keep: Some("b".into()), ..Default::default() });
+    }
+
+    #[test]
+    fn a_reported_death_alone_is_started_again_in_place() {
+        let d = dispose(vec![left("a", "p", false, Some(Death::Reported))], "p", Some("img"));
+        assert_eq!(d, Disposal { target: Some("a".into()), ..Default::default() });
+    }
+
+    #[test]
+    fn duplicates_go_first_other_plans_and_extra_stopped_ones_go_later() {
+        let d = dispose(
+            vec![
+                left("run", "p", true, None),
+                left("old-plan", "q", false, None),
+                left("a", "p", false, None),
+                left("extra", "p", false, None),
+                left("dead-old-plan", "q", true, Some(Death::ProcessEnded)),
+            ],
+            "p",
+            Some("img"),
+        );
+        assert_eq!(
+            d,
+            Disposal {
+                duplicates: vec!["run".into()],
+                target: Some("a".into()),
+                keep: None,
+                remove: vec!["old-plan".into(), "extra".into(), "dead-old-plan".into()],
+            }
+        );
+        // Another image: nothing is started again.
+        let d = dispose(vec![left("a", "p", false, None)], "p", Some("other"));
+        assert_eq!(d, Disposal { remove: vec!["a".into()], ..Default::default() });
     }
 }
