@@ -148,19 +148,25 @@ impl Predictive {
         hi
     }
 
-    /// Whether a zero-rpm fan may stop now with room for the worst: stopped for a hold and then
-    /// at full speed (as a running fan's plan), the junction stays under `budget_c` even with a
-    /// large prompt arriving at any step, the learned arrival pattern not trusted. Where this
-    /// holds the fan may stay stopped through queued work (the next periods re-plan as the
-    /// heatsink warms) and stop soon after a burst; elsewhere it stops only where staying
-    /// stopped for the whole horizon holds.
-    fn stop_survives_any_prompt(&self, junction_c: f64, power: &[f64], loaded: bool, budget_c: f64) -> bool {
+    /// Whether a zero-rpm fan may stop now with room for the worst: stopped for `hold_s` and
+    /// then at full speed, the junction stays under `budget_c` even with a large prompt arriving
+    /// at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
+    /// the fan stay stopped through queued work (the next periods re-plan as the heatsink warms)
+    /// and stop soon after a burst; elsewhere it stops only where staying stopped for the whole
+    /// horizon holds.
+    fn stop_survives_any_prompt(
+        &self,
+        junction_c: f64,
+        power: &[f64],
+        reserve: &[f64],
+        budget_c: f64,
+        hold_s: f64,
+    ) -> bool {
         let lowest = self.limits.lowest_duty();
         if lowest >= self.limits.min_duty_pct {
             return false;
         }
-        let reserve = self.surprise_reserve_with(power, loaded, false);
-        let hold = (HOLD_S / self.dt_s).round() as usize;
+        let hold = (hold_s / self.dt_s).round() as usize;
         let mut ok = true;
         self.model.predict(
             junction_c,
@@ -169,6 +175,24 @@ impl Predictive {
             |k, tj| ok &= tj + reserve[k] <= budget_c,
         );
         ok
+    }
+
+    /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
+    /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
+    /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
+    /// restart as late as the fan answers a surprise (period + spin-up) would still be in time.
+    fn stop_plans(&self, junction_c: f64, power: &[f64], loaded: bool, budget_c: f64) -> (bool, bool) {
+        if !self.limits.zero_rpm {
+            return (false, false);
+        }
+        let any_time = self.surprise_reserve_with(power, loaded, false);
+        let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
+        let brief_work = self.work_steps(power) as f64 * self.dt_s <= HOLD_S;
+        let late_restart = self.dt_s + FAN_RESPONSE_S;
+        let stays_stopped = stop_safe
+            || (brief_work
+                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart));
+        (stop_safe, stays_stopped)
     }
 
     /// Junction rise a large prompt arriving at each step would add on top of the forecast power:
@@ -192,8 +216,7 @@ impl Predictive {
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
         let mut power_j = self.model.power_j_w().unwrap_or(idle_w);
-        // The forecast has no new arrivals: once idle it stays idle.
-        let drained = if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
+        let drained = if loaded { self.work_steps(power) } else { 0 };
         let quiet_s = self.forecast.quiet_after_idle_s();
         let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
         let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
@@ -211,6 +234,13 @@ impl Predictive {
                 }
             })
             .collect()
+    }
+
+    /// Steps until the known work drains (the forecast has no new arrivals: once idle it stays
+    /// idle).
+    fn work_steps(&self, power: &[f64]) -> usize {
+        let idle_w = self.forecast.idle_w();
+        power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1)
     }
 
     /// Replays the last `BIAS_WINDOW_S` through the current model and folds how much warmer the
@@ -308,15 +338,16 @@ impl Controller for Predictive {
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
-        let stop_safe = self.stop_survives_any_prompt(junction_c, &power, obs.load.is_some(), limit - margin);
+        let budget_c = limit - margin;
+        let (stop_safe, stays_stopped) = self.stop_plans(junction_c, &power, obs.load.is_some(), budget_c);
         if self.recent_stop_safe.len() == DOWN_DWELL {
             self.recent_stop_safe.pop_front();
         }
         self.recent_stop_safe.push_back(stop_safe);
-        let required = if stop_safe {
+        let required = if stays_stopped {
             self.limits.lowest_duty()
         } else {
-            self.required_duty(junction_c, &power, &reserve, limit - margin)
+            self.required_duty(junction_c, &power, &reserve, budget_c)
         };
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
@@ -402,8 +433,32 @@ mod tests {
         let mut stopped_peak = f64::MIN;
         c.model.predict(50.0, &power, |_| 0.0, |_, tj| stopped_peak = stopped_peak.max(tj));
         assert!(stopped_peak > budget, "{stopped_peak}");
-        assert!(c.stop_survives_any_prompt(50.0, &power, true, budget));
-        assert!(!c.stop_survives_any_prompt(80.0, &power, true, budget));
+        let any_time = c.surprise_reserve_with(&power, true, false);
+        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S));
+        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S));
+    }
+
+    /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
+    /// than through longer work: only the restart has to be in time.
+    #[test]
+    fn a_stopped_fan_stays_stopped_through_a_brief_turn_where_a_late_restart_is_in_time() {
+        let c = zero_rpm();
+        let budget = 92.0;
+        let mut turn = vec![c.forecast.idle_w(); 90];
+        turn[..10].fill(250.0);
+        let long = vec![250.0; 90];
+        let band: Vec<f64> = (40..90)
+            .map(f64::from)
+            .filter(|&tj| {
+                let (safe, stays) = c.stop_plans(tj, &turn, true, budget);
+                stays && !safe
+            })
+            .collect();
+        assert!(!band.is_empty(), "a late restart never helps");
+        for tj in (40..90).map(f64::from) {
+            let (safe, stays) = c.stop_plans(tj, &long, true, budget);
+            assert_eq!(safe, stays, "long work at {tj} °C");
+        }
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
