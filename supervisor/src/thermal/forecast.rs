@@ -21,6 +21,10 @@ const MIN_ARRIVALS: u32 = 12;
 const GAP_TRUST: f64 = 0.75;
 /// Idle gaps seen before the shortest one is trusted.
 const MIN_GAPS: u32 = 3;
+/// A longer idle gap moves the shortest-gap floor only as far as one this many times the floor
+/// (at least 1 s): a pause between sessions says little about how soon a prompt may follow an
+/// answer.
+const GAP_RELAX_CAP: f64 = 3.0;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,7 +203,9 @@ impl PowerForecast {
                 let gap = self.idle_s;
                 self.gaps = self.gaps.saturating_add(1);
                 self.gap_floor_s = Some(match self.gap_floor_s {
-                    Some(floor) if gap >= floor => floor + 0.05 * (gap - floor),
+                    Some(floor) if gap >= floor => {
+                        floor + 0.05 * (gap.min(GAP_RELAX_CAP * floor.max(1.0)) - floor)
+                    }
                     _ => gap,
                 });
             }
@@ -352,5 +358,31 @@ mod tests {
         f.observe(&signal(vec![slot(100, 500, 500, 30), slot(101, 800, 0, 40)]), 300.0, 1.0);
         assert!(f.arrives_while_busy());
         assert!(f.quiet_after_idle_s() > 0.0, "the idle gap still holds after the engine drains");
+    }
+
+    /// A pause between sessions barely moves the shortest idle gap: the next answer in a session
+    /// may be followed as soon as before.
+    #[test]
+    fn a_long_pause_barely_relaxes_the_shortest_gap() {
+        let mut f = PowerForecast::new();
+        let idle = LoadSignal::default();
+        let turn = |f: &mut PowerForecast, id: u32, idle_s: u32| {
+            for k in 0..5u64 {
+                f.observe(&signal(vec![slot(id, 500, 500, 50 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..idle_s {
+                f.observe(&idle, 30.0, 1.0);
+            }
+        };
+        for id in 1..=6 {
+            turn(&mut f, id, 6);
+        }
+        let before = f.quiet_after_idle_s();
+        assert!((3.0..=5.0).contains(&before), "{before}");
+        // 200 s between sessions, then the next session's first turn.
+        turn(&mut f, 7, 200);
+        turn(&mut f, 8, 6);
+        let after = f.quiet_after_idle_s();
+        assert!(after - before < 0.5, "{before} -> {after}");
     }
 }

@@ -35,7 +35,9 @@ const STEP_PCT: f64 = 10.0;
 fn grid(duty: f64) -> f64 {
     ((duty / STEP_PCT).ceil() * STEP_PCT).min(100.0)
 }
-/// A zero-rpm fan stops only after this many periods of needing nothing.
+/// A zero-rpm fan stops after this many periods of needing nothing, or after `DOWN_DWELL`
+/// periods in which stopping would survive a large prompt arriving at any time (see
+/// [`Predictive::stop_survives_any_prompt`]).
 const STOP_DWELL: usize = 30;
 /// Bisection resolution of the duty search.
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
@@ -58,6 +60,8 @@ pub struct Predictive {
     dt_s: f64,
     duty: Option<f64>,
     recent_required: VecDeque<f64>,
+    /// Per period of the last `DOWN_DWELL`: whether stopping survived a prompt at any time.
+    recent_stop_safe: VecDeque<bool>,
     prediction_30s_c: Option<f64>,
     predicted_peak_c: Option<f64>,
     /// Filtered junction estimate.
@@ -86,6 +90,7 @@ impl Predictive {
             dt_s,
             duty: None,
             recent_required: VecDeque::with_capacity(STOP_DWELL),
+            recent_stop_safe: VecDeque::with_capacity(DOWN_DWELL),
             prediction_30s_c: None,
             predicted_peak_c: None,
             junction_est_c: None,
@@ -143,6 +148,53 @@ impl Predictive {
         hi
     }
 
+    /// Whether a zero-rpm fan may stop now with room for the worst: stopped for `hold_s` and
+    /// then at full speed, the junction stays under `budget_c` even with a large prompt arriving
+    /// at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
+    /// the fan stay stopped through queued work (the next periods re-plan as the heatsink warms)
+    /// and stop soon after a burst; elsewhere it stops only where staying stopped for the whole
+    /// horizon holds.
+    fn stop_survives_any_prompt(
+        &self,
+        junction_c: f64,
+        power: &[f64],
+        reserve: &[f64],
+        budget_c: f64,
+        hold_s: f64,
+    ) -> bool {
+        let lowest = self.limits.lowest_duty();
+        if lowest >= self.limits.min_duty_pct {
+            return false;
+        }
+        let hold = (hold_s / self.dt_s).round() as usize;
+        let mut ok = true;
+        self.model.predict(
+            junction_c,
+            power,
+            |k| if k < hold { lowest } else { 100.0 },
+            |k, tj| ok &= tj + reserve[k] <= budget_c,
+        );
+        ok
+    }
+
+    /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
+    /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
+    /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
+    /// restart as late as the fan answers a surprise (period + spin-up) would still be in time.
+    fn stop_plans(&self, junction_c: f64, power: &[f64], loaded: bool, budget_c: f64) -> (bool, bool) {
+        if !self.limits.zero_rpm {
+            return (false, false);
+        }
+        let any_time = self.surprise_reserve_with(power, loaded, false);
+        let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
+        let brief_work = self.work_steps(power) as f64 * self.dt_s <= HOLD_S;
+        let late_restart = self.dt_s + FAN_RESPONSE_S;
+        let stays_stopped = stop_safe
+            || (brief_work
+                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart));
+        (stop_safe, stays_stopped)
+    }
+
     /// Junction rise a large prompt arriving at each step would add on top of the forecast power:
     /// the junction's own rise from the power it feels at that step (low-passed: right after a
     /// drain it is still warm from the work, so a prompt then adds less than one from idle), plus
@@ -151,6 +203,11 @@ impl Predictive {
     /// batch jobs); after it drains, only from the learned shortest idle gap on (one user or
     /// agent waits for each answer, then thinks or runs a tool).
     fn surprise_reserve(&self, power: &[f64], loaded: bool) -> Vec<f64> {
+        self.surprise_reserve_with(power, loaded, true)
+    }
+
+    /// [`Self::surprise_reserve`], or with `trust_pattern` false a prompt may come at any step.
+    fn surprise_reserve_with(&self, power: &[f64], loaded: bool, trust_pattern: bool) -> Vec<f64> {
         let prefill_s = self.forecast.large_prefill_s();
         let rise_share = 1.0 - (-prefill_s / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
@@ -159,8 +216,7 @@ impl Predictive {
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
         let mut power_j = self.model.power_j_w().unwrap_or(idle_w);
-        // The forecast has no new arrivals: once idle it stays idle.
-        let drained = if loaded { power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1) } else { 0 };
+        let drained = if loaded { self.work_steps(power) } else { 0 };
         let quiet_s = self.forecast.quiet_after_idle_s();
         let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
         let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
@@ -170,7 +226,7 @@ impl Predictive {
             .enumerate()
             .map(|(k, &p)| {
                 power_j += (p - power_j) * alpha;
-                let open = if k < drained { busy } else { k >= after_idle };
+                let open = !trust_pattern || if k < drained { busy } else { k >= after_idle };
                 if open {
                     r_js * (prefill_w - power_j).max(0.0) * rise_share + sink_s * (prefill_w - p).max(0.0)
                 } else {
@@ -178,6 +234,13 @@ impl Predictive {
                 }
             })
             .collect()
+    }
+
+    /// Steps until the known work drains (the forecast has no new arrivals: once idle it stays
+    /// idle).
+    fn work_steps(&self, power: &[f64]) -> usize {
+        let idle_w = self.forecast.idle_w();
+        power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1)
     }
 
     /// Replays the last `BIAS_WINDOW_S` through the current model and folds how much warmer the
@@ -235,8 +298,9 @@ impl Predictive {
         }
         let needed = window.iter().copied().fold(0.0, f64::max);
         if needed < self.limits.min_duty_pct {
-            let stop_ok = self.recent_required.len() == STOP_DWELL
-                && self.recent_required.iter().all(|&r| r < self.limits.min_duty_pct);
+            let stop_ok = (self.recent_required.len() == STOP_DWELL
+                && self.recent_required.iter().all(|&r| r < self.limits.min_duty_pct))
+                || (self.recent_stop_safe.len() == DOWN_DWELL && self.recent_stop_safe.iter().all(|&s| s));
             return if stop_ok { self.limits.lowest_duty() } else { self.limits.min_duty_pct.min(current) };
         }
         grid(needed).max(self.limits.min_duty_pct).min(current)
@@ -274,7 +338,17 @@ impl Controller for Predictive {
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
-        let required = self.required_duty(junction_c, &power, &reserve, limit - margin);
+        let budget_c = limit - margin;
+        let (stop_safe, stays_stopped) = self.stop_plans(junction_c, &power, obs.load.is_some(), budget_c);
+        if self.recent_stop_safe.len() == DOWN_DWELL {
+            self.recent_stop_safe.pop_front();
+        }
+        self.recent_stop_safe.push_back(stop_safe);
+        let required = if stays_stopped {
+            self.limits.lowest_duty()
+        } else {
+            self.required_duty(junction_c, &power, &reserve, budget_c)
+        };
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let duty = self.smooth(required).max(floor);
@@ -333,6 +407,58 @@ mod tests {
         assert!(reserve.iter().all(|r| *r > 0.0), "no idle gap learned: room everywhere");
         assert!(reserve[0] < 0.7 * reserve[89], "{} vs {}", reserve[0], reserve[89]);
         assert!(reserve.windows(2).all(|w| w[0] <= w[1] + 1e-9), "grows as the junction cools");
+    }
+
+    fn zero_rpm() -> Predictive {
+        let limits = DeviceLimits { junction_limit_c: 93.0, min_duty_pct: 30.0, zero_rpm: true };
+        Predictive::new(limits, ModelParams::prior(), 1.0)
+    }
+
+    /// Where a prompt arriving at any time would fit with the fan stopped, a running zero-rpm fan
+    /// stops after the down dwell instead of the long stop dwell.
+    #[test]
+    fn a_zero_rpm_fan_stops_after_the_down_dwell_where_any_prompt_fits() {
+        let mut c = zero_rpm();
+        c.duty = Some(30.0);
+        let stopped_at = (0..STOP_DWELL).find(|&k| c.decide(&obs(k as f64, 45.0, 30.0, 30.0)) == 0.0);
+        assert_eq!(stopped_at, Some(DOWN_DWELL - 1));
+    }
+
+    /// Queued work that would overheat a fan stopped for the whole horizon does not start it while
+    /// a hold stopped, then full speed, keeps room for any prompt; a warm heatsink does.
+    #[test]
+    fn a_stopped_fan_waits_while_a_hold_then_full_speed_keeps_room() {
+        let c = zero_rpm();
+        let (power, budget) = (vec![250.0; 90], 92.0);
+        let mut stopped_peak = f64::MIN;
+        c.model.predict(50.0, &power, |_| 0.0, |_, tj| stopped_peak = stopped_peak.max(tj));
+        assert!(stopped_peak > budget, "{stopped_peak}");
+        let any_time = c.surprise_reserve_with(&power, true, false);
+        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S));
+        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S));
+    }
+
+    /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
+    /// than through longer work: only the restart has to be in time.
+    #[test]
+    fn a_stopped_fan_stays_stopped_through_a_brief_turn_where_a_late_restart_is_in_time() {
+        let c = zero_rpm();
+        let budget = 92.0;
+        let mut turn = vec![c.forecast.idle_w(); 90];
+        turn[..10].fill(250.0);
+        let long = vec![250.0; 90];
+        let band: Vec<f64> = (40..90)
+            .map(f64::from)
+            .filter(|&tj| {
+                let (safe, stays) = c.stop_plans(tj, &turn, true, budget);
+                stays && !safe
+            })
+            .collect();
+        assert!(!band.is_empty(), "a late restart never helps");
+        for tj in (40..90).map(f64::from) {
+            let (safe, stays) = c.stop_plans(tj, &long, true, budget);
+            assert_eq!(safe, stays, "long work at {tj} °C");
+        }
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
