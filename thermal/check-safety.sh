@@ -1,0 +1,38 @@
+#!/bin/bash
+# Safety check of the predictive controller beyond the table's seed: every shipped plant x trace,
+# at the plant's limit and at --ceiling stock-peak, for each seed in SEEDS (default 1-8: 256 runs).
+# Prints each run over its ceiling (seconds and amount), then the smallest headroom (ceiling −
+# predictive's peak junction) and its run. Needs a built `lucebox` (LUCEBOX=path) and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LUCEBOX=${LUCEBOX:-target/release/lucebox}
+SEEDS=${SEEDS:-"1 2 3 4 5 6 7 8"}
+for seed in $SEEDS; do
+  for ceiling in limit stock-peak; do
+    for plant in r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case; do
+      for trace in chat agent batch azure-style-holdout; do
+        extra=()
+        [ "$ceiling" = stock-peak ] && extra+=(--ceiling stock-peak)
+        [ "$trace" = azure-style-holdout ] && extra+=(--sample 2)
+        "$LUCEBOX" thermal bench --plant "thermal/plants/$plant.toml" --trace "thermal/traces/$trace.csv" \
+          --seed "$seed" --controller predictive --json "${extra[@]}" | python3 -c '
+import json, sys
+r = json.load(sys.stdin); p = r["controllers"]["predictive"]
+print(sys.argv[1], r["limit_c"] - p["peak_junction_c"], p["seconds_over_limit"])' "$plant/$trace/$ceiling/seed$seed"
+      done
+    done
+  done
+done | python3 -c '
+import sys
+rows = [l.split() for l in sys.stdin]
+over = [r for r in rows if float(r[2]) > 0 or float(r[1]) < 0]
+for r in over:
+    print("over: %s %.1f s, %.2f °C" % (r[0], float(r[2]), -float(r[1])))
+m = min(rows, key=lambda r: float(r[1]))
+print("runs %d, over %d, min headroom %.2f °C (%s)" % (len(rows), len(over), float(m[1]), m[0]))
+for c in ("limit", "stock-peak"):
+    s = [r for r in rows if "/%s/" % c in r[0]]
+    if s:
+        m = min(s, key=lambda r: float(r[1]))
+        print("  at %s: min headroom %.2f °C (%s)" % (c, float(m[1]), m[0]))
+'
