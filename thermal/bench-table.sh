@@ -7,14 +7,9 @@ cd "$(dirname "$0")/.."
 LUCEBOX=${LUCEBOX:-target/release/lucebox}
 echo "| plant | trace | ceiling | over s | pred mean % | stock | target | oracle | share % | vs stock % | chg/min pred/stock/target | quiet % pred/oracle | peak °C pred/stock | MAE30 °C | goals met |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-for ceiling in limit stock-peak; do
-  for plant in r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case; do
-    for trace in chat agent batch azure-style-holdout; do
-      extra=()
-      [ "$ceiling" = stock-peak ] && extra+=(--ceiling stock-peak)
-      [ "$trace" = azure-style-holdout ] && extra+=(--sample 2)
-      "$LUCEBOX" thermal bench --plant "thermal/plants/$plant.toml" --trace "thermal/traces/$trace.csv" \
-        --seed 1 --json "${extra[@]}" | PLANT=$plant TRACE=$trace CEIL=$ceiling python3 -c '
+source thermal/runs.sh
+each_run | while read -r plant trace ceiling; do
+  bench_run "$plant" "$trace" "$ceiling" 1 | PLANT=$plant TRACE=$trace CEIL=$ceiling python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)["controllers"]
 p, s, t, o = r["predictive"], r["stock"], r["target"], r["oracle"]
@@ -36,6 +31,4 @@ print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f/%.2f/%.2f | %.0f
     t["duty_changes_per_min"], p["quiet_time_pct"], o["quiet_time_pct"], p["peak_junction_c"], s["peak_junction_c"],
     fmt(p["prediction_mae_30s_c"]), "all" if not failed else "no: " + ", ".join(failed)))
 '
-    done
-  done
 done

@@ -7,20 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LUCEBOX=${LUCEBOX:-target/release/lucebox}
 SEEDS=${SEEDS:-"1 2 3 4 5 6 7 8"}
+source thermal/runs.sh
 for seed in $SEEDS; do
-  for ceiling in limit stock-peak; do
-    for plant in r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case; do
-      for trace in chat agent batch azure-style-holdout; do
-        extra=()
-        [ "$ceiling" = stock-peak ] && extra+=(--ceiling stock-peak)
-        [ "$trace" = azure-style-holdout ] && extra+=(--sample 2)
-        "$LUCEBOX" thermal bench --plant "thermal/plants/$plant.toml" --trace "thermal/traces/$trace.csv" \
-          --seed "$seed" --controller predictive --json "${extra[@]}" | python3 -c '
+  each_run | while read -r plant trace ceiling; do
+    bench_run "$plant" "$trace" "$ceiling" "$seed" --controller predictive | python3 -c '
 import json, sys
 r = json.load(sys.stdin); p = r["controllers"]["predictive"]
 print(sys.argv[1], r["limit_c"] - p["peak_junction_c"], p["seconds_over_limit"])' "$plant/$trace/$ceiling/seed$seed"
-      done
-    done
   done
 done | python3 -c '
 import sys
