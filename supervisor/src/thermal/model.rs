@@ -43,6 +43,13 @@ const STOPPED_DUTY_PCT: f64 = 1.0;
 /// Generic ambient the model measures from (inside a case).
 const AMBIENT_PRIOR_C: f64 = 30.0;
 const FORMAT_VERSION: u32 = 2;
+/// Physical range of the heatsink fit (see [`ModelParams::project`]): capacity ...
+const MIN_CAPACITY_J_PER_K: f64 = 50.0;
+const MAX_CAPACITY_J_PER_K: f64 = 5000.0;
+/// ... heatsink time constants of 10 s or more ...
+const MAX_RATE_PER_S: f64 = 0.1;
+/// ... and the ambient within this of the prior's.
+const MAX_AMBIENT_ERROR_C: f64 = 25.0;
 
 /// Airflow share of a duty.
 pub fn airflow(duty_pct: f64) -> f64 {
@@ -99,11 +106,26 @@ impl ModelParams {
     /// Keeps the heatsink parameters physical: capacity between 50 J/K and 5 kJ/K, heatsink time
     /// constants of 10 s or more, no negative conductance, ambient within ±25 °C of the prior.
     fn project(&mut self) {
-        self.sink[0] = self.sink[0].clamp(1.0 / 5000.0, 1.0 / 50.0);
-        self.sink[1] = self.sink[1].clamp(0.0, 0.1);
-        self.sink[2] = self.sink[2].clamp(self.sink[1], 0.1);
-        self.sink[3] = self.sink[3].clamp(-25.0 * self.sink[1], 25.0 * self.sink[1]);
-        self.sink[4] = self.sink[4].clamp(-25.0 * self.sink[2], 25.0 * self.sink[2]);
+        self.sink[0] = self.sink[0].clamp(1.0 / MAX_CAPACITY_J_PER_K, 1.0 / MIN_CAPACITY_J_PER_K);
+        self.sink[1] = self.sink[1].clamp(0.0, MAX_RATE_PER_S);
+        self.sink[2] = self.sink[2].clamp(self.sink[1], MAX_RATE_PER_S);
+        self.sink[3] =
+            self.sink[3].clamp(-MAX_AMBIENT_ERROR_C * self.sink[1], MAX_AMBIENT_ERROR_C * self.sink[1]);
+        self.sink[4] =
+            self.sink[4].clamp(-MAX_AMBIENT_ERROR_C * self.sink[2], MAX_AMBIENT_ERROR_C * self.sink[2]);
+    }
+
+    /// Whether the heatsink fit sits on one of the bounds of [`Self::project`]: the data has not
+    /// pinned it down there (or contradicts the model's form).
+    pub fn at_bound(&self) -> bool {
+        let [a, b, c, e, g] = self.sink;
+        let on = |v: f64, bound: f64| (v - bound).abs() <= 1e-9 * bound.abs().max(1e-12);
+        on(a, 1.0 / MAX_CAPACITY_J_PER_K)
+            || on(a, 1.0 / MIN_CAPACITY_J_PER_K)
+            || on(c, b)
+            || on(c, MAX_RATE_PER_S)
+            || (b > 0.0 && on(e.abs(), MAX_AMBIENT_ERROR_C * b))
+            || (c > 0.0 && on(g.abs(), MAX_AMBIENT_ERROR_C * c))
     }
 
     /// Loads a saved model; a missing, unreadable or corrupt file yields the prior.
@@ -280,6 +302,15 @@ impl ThermalModel {
     /// The heatsink temperature implied by a junction reading now.
     pub fn sink_estimate_c(&self, junction_c: f64) -> f64 {
         junction_c - self.params.r_js_k_per_w * self.power_j_w.unwrap_or(0.0)
+    }
+
+    /// This model with its heatsink no slower than the generic prior's: every heatsink rate scaled
+    /// by the same factor, so the settled temperatures stay as fitted.
+    pub fn no_slower_than_prior(&self) -> ThermalModel {
+        let mut fast = self.clone();
+        let scale = (ModelParams::prior().sink[0] / self.params.sink[0]).max(1.0);
+        fast.params.sink.iter_mut().for_each(|v| *v *= scale);
+        fast
     }
 
     /// Heatsink warming per joule the device draws (the inverse of the heatsink capacity).

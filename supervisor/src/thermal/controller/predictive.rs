@@ -28,6 +28,9 @@ const UP_HEADROOM_PCT: f64 = 0.0;
 const DOWN_DEADBAND_PCT: f64 = 5.0;
 /// ... for this many consecutive periods.
 const DOWN_DWELL: usize = 10;
+/// A drop larger than this is split where the heatsink fit is doubtful (see
+/// [`Predictive::split_drop`]), the rest following after `DOWN_DWELL` periods.
+const MAX_DOWN_STEP_PCT: f64 = 40.0;
 /// Commands go up and down in steps of this much.
 const STEP_PCT: f64 = 10.0;
 
@@ -70,6 +73,8 @@ pub struct Predictive {
     replay: VecDeque<ReplayStep>,
     /// Mean amount (°C) by which the junction ran warmer than the replayed model.
     model_bias_c: f64,
+    /// Periods before the rest of a split drop may follow.
+    down_wait: usize,
 }
 
 /// One period as the model saw it: the state at its start and the inputs over it.
@@ -96,6 +101,7 @@ impl Predictive {
             junction_est_c: None,
             replay: VecDeque::new(),
             model_bias_c: 0.0,
+            down_wait: 0,
         }
     }
 
@@ -106,19 +112,7 @@ impl Predictive {
 
     /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under `budget_c`.
     fn required_duty(&self, junction_c: f64, power: &[f64], reserve: &[f64], budget_c: f64) -> f64 {
-        let hold = (HOLD_S / self.dt_s).round() as usize;
-        let holds = |duty: f64| {
-            let mut ok = true;
-            self.model.predict(
-                junction_c,
-                power,
-                |k| if k < hold { duty } else { 100.0 },
-                |k, tj| {
-                    ok &= tj + reserve[k] <= budget_c;
-                },
-            );
-            ok
-        };
+        let holds = |duty: f64| self.plan_holds(&self.model, junction_c, power, reserve, budget_c, duty);
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
@@ -146,6 +140,57 @@ impl Predictive {
             }
         }
         hi
+    }
+
+    /// Whether holding `duty` for the hold and then full speed keeps `model`'s junction plus the
+    /// reserve under `budget_c`.
+    fn plan_holds(
+        &self,
+        model: &ThermalModel,
+        junction_c: f64,
+        power: &[f64],
+        reserve: &[f64],
+        budget_c: f64,
+        duty: f64,
+    ) -> bool {
+        let hold = (HOLD_S / self.dt_s).round() as usize;
+        let mut ok = true;
+        model.predict(
+            junction_c,
+            power,
+            |k| if k < hold { duty } else { 100.0 },
+            |k, tj| ok &= tj + reserve[k] <= budget_c,
+        );
+        ok
+    }
+
+    /// Where a running fan's drop from `current` to `proposed` is larger than
+    /// `MAX_DOWN_STEP_PCT`, the heatsink fit sits on a bound of its physical range (the data has not
+    /// pinned it down) and the drop's plan would not hold with a heatsink as fast as the generic
+    /// prior's: the duty to go to instead, part way, so that the heatsink shows a model error
+    /// before the rest of the drop. A stop has its own plans (a prompt at any time).
+    fn split_drop(
+        &self,
+        current: f64,
+        proposed: f64,
+        junction_c: f64,
+        power: &[f64],
+        reserve: &[f64],
+        budget_c: f64,
+    ) -> Option<f64> {
+        let partial = current - MAX_DOWN_STEP_PCT;
+        let doubtful = proposed < partial
+            && proposed >= self.limits.min_duty_pct
+            && self.model.params.at_bound()
+            && !self.plan_holds(
+                &self.model.no_slower_than_prior(),
+                junction_c,
+                power,
+                reserve,
+                budget_c,
+                proposed,
+            );
+        doubtful.then_some(partial)
     }
 
     /// Whether a zero-rpm fan may stop now with room for the worst: stopped for `hold_s` and
@@ -281,6 +326,7 @@ impl Predictive {
             self.recent_required.pop_front();
         }
         self.recent_required.push_back(required);
+        self.down_wait = self.down_wait.saturating_sub(1);
         let Some(current) = self.duty else { return required.max(self.limits.lowest_duty()) };
         if required > current {
             let up = grid(required + UP_HEADROOM_PCT);
@@ -293,7 +339,7 @@ impl Predictive {
         let window: Vec<f64> = self.recent_required.iter().rev().take(DOWN_DWELL).copied().collect();
         let dwell_met =
             window.len() == DOWN_DWELL && window.iter().all(|&r| r <= current - DOWN_DEADBAND_PCT);
-        if !dwell_met {
+        if !dwell_met || self.down_wait > 0 {
             return current;
         }
         let needed = window.iter().copied().fold(0.0, f64::max);
@@ -351,7 +397,15 @@ impl Controller for Predictive {
         };
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
-        let duty = self.smooth(required).max(floor);
+        let mut duty = self.smooth(required);
+        if let Some(split) = self
+            .duty
+            .and_then(|current| self.split_drop(current, duty, junction_c, &power, &reserve, budget_c))
+        {
+            duty = split;
+            self.down_wait = DOWN_DWELL;
+        }
+        let duty = duty.max(floor);
         self.duty = Some(duty);
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
@@ -459,6 +513,44 @@ mod tests {
             let (safe, stays) = c.stop_plans(tj, &long, true, budget);
             assert_eq!(safe, stays, "long work at {tj} °C");
         }
+    }
+
+    /// A large drop that holds only on a heatsink fit sitting on a bound of its range (here the
+    /// 5 kJ/K capacity bound, settled temperatures as the prior's) and not with the prior's faster
+    /// heatsink goes part way; the same drop on a fit inside its range, or one that holds on the
+    /// faster heatsink too, goes all the way.
+    #[test]
+    fn a_large_drop_on_a_doubtful_fit_goes_part_way() {
+        let mut slow = controller();
+        slow.model.params.sink.iter_mut().for_each(|v| *v *= 400.0 / 5000.0);
+        assert!(slow.model.params.at_bound());
+        let fitted = controller();
+        assert!(!fitted.model.params.at_bound());
+        let (power, reserve) = (vec![150.0; 90], vec![0.0; 90]);
+        for _ in 0..10 {
+            slow.model.observe(60.0, 150.0, 100.0);
+        }
+        // The junction the fit settles at with the fan at full speed.
+        let mut settled = 0.0;
+        slow.model.predict(60.0, &[150.0; 3000], |_| 100.0, |_, tj| settled = tj);
+        let peak = |model: &ThermalModel| {
+            let mut peak = f64::MIN;
+            model.predict(
+                settled,
+                &power,
+                |k| if k < 20 { 20.0 } else { 100.0 },
+                |_, tj| peak = peak.max(tj),
+            );
+            peak
+        };
+        let (slow_peak, fast_peak) = (peak(&slow.model), peak(&slow.model.no_slower_than_prior()));
+        assert!(fast_peak > slow_peak + 1.0, "{slow_peak} vs {fast_peak}");
+        let budget = 0.5 * (slow_peak + fast_peak);
+        assert!(slow.plan_holds(&slow.model, settled, &power, &reserve, budget, 20.0));
+        assert_eq!(slow.split_drop(100.0, 20.0, settled, &power, &reserve, budget), Some(60.0));
+        assert_eq!(slow.split_drop(100.0, 60.0, settled, &power, &reserve, budget), None, "small drop");
+        assert_eq!(slow.split_drop(100.0, 20.0, settled, &power, &reserve, fast_peak + 0.1), None);
+        assert_eq!(fitted.split_drop(100.0, 20.0, settled, &power, &reserve, budget), None);
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
