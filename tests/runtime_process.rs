@@ -178,3 +178,31 @@ fn soak_across_supervisor_restarts_leaves_one_engine() {
     let report = soak("process", "supervisor-restart,kill9", 6);
     assert!(report.contains("left at end: 0 processes, 0 containers"), "{report}");
 }
+
+/// `lucebox runtime bench` runs end to end: each kill paired with a bare start beside the
+/// supervised engine, every figure measured, nothing left running.
+#[test]
+fn bench_pairs_each_kill_with_a_bare_start() {
+    let port = free_port();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args(["runtime", "bench", "--runtime", "process", "--kills", "3", "--settle-s", "0.3", "--json"])
+        .args(["--port", &port.to_string()])
+        .arg("--server")
+        .arg(server())
+        .arg("--model")
+        .arg(model())
+        .env("LUCEBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["kills"], 3, "{report}");
+    let ms = |series: &str, stat: &str| report[series][stat].as_f64().unwrap_or(f64::NAN);
+    assert!(ms("bare_start_ms", "min") > 0.0, "{report}");
+    assert!(ms("death_seen_ms", "min") > 0.0, "{report}");
+    // Healthy again comes after the death is seen, kill by kill.
+    assert!(ms("kill_to_healthy_ms", "min") > ms("death_seen_ms", "min"), "{report}");
+    let paired = report["paired_ratio_median"].as_f64().unwrap_or(f64::NAN);
+    assert!(paired.is_finite() && paired > 0.0, "{report}");
+    assert!(engine_pids(port).is_empty() && engine_pids(port + 1).is_empty(), "engines left");
+}

@@ -5,8 +5,12 @@
 //! of the supervisor's watchers, until the first 200 from `/health`). `/health` is polled at the
 //! supervisor's startup cadence in both.
 //!
-//! Each kill comes after the engine was ready for `--settle-s`, which is also the policy's reset
-//! period for the run: every kill is a first failure, restarted at once, as a lone crash is.
+//! Kills and bare starts alternate, so both see the machine as it is at that moment (a shared
+//! machine's speed drifts over a run): half `--settle-s` after the supervised engine is ready, one
+//! bare start runs beside it on the next port and is removed, then after `--settle-s` the engine
+//! is killed. The
+//! settle time is also the policy's reset period for the run: every kill is a first failure,
+//! restarted at once, as a lone crash is.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,7 +24,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::harness::{self, EngineArgs, Kind, Target, ENGINE};
+use super::harness::{self, EngineArgs, Kind, Target};
 use crate::plan::Choice;
 use crate::runtime::probe::{self, Health};
 use crate::runtime::process::ProcessInstance;
@@ -29,16 +33,16 @@ use crate::runtime::{
 };
 use crate::status::StatusModel;
 
+/// The bare starts' engine name: apart from the supervised one.
+const BARE: &str = "bench-bare";
+
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(flatten)]
     engine: EngineArgs,
-    /// Engine kills to time.
+    /// Engine kills to time, each paired with a bare start.
     #[arg(long, default_value_t = 20)]
     kills: u32,
-    /// Bare starts to time, half before the kills and half after (their median is the baseline).
-    #[arg(long, default_value_t = 20)]
-    bare_starts: u32,
     /// Seconds the engine stays ready before each kill (and the policy's reset period).
     #[arg(long, default_value_t = 2.0)]
     settle_s: f64,
@@ -57,6 +61,8 @@ struct Report {
     kill_to_healthy_ms: Summary,
     /// median(kill → healthy) / median(bare start).
     ratio_median: f64,
+    /// The median over kills of kill → healthy / the bare start just before it.
+    paired_ratio_median: f64,
 }
 
 #[derive(Serialize)]
@@ -86,7 +92,7 @@ pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Resul
             let runtime = ProcessRuntime::new();
             let bare = Bare {
                 what: "spawn llama-server -> first /health 200",
-                start: async |choice: &Choice| runtime.start(ENGINE, choice).await,
+                start: async |choice: &Choice| runtime.start(BARE, choice).await,
                 stop: async |instance: ProcessInstance| instance.stop(Duration::from_secs(5)).await.map(drop),
             };
             measure(runtime.clone(), &args, Target::Process, bare).await?
@@ -96,7 +102,7 @@ pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Resul
             let target = Target::Docker(docker.client().clone());
             let bare = Bare {
                 what: "docker create + start of the engine container -> first /health 200",
-                start: async |choice: &Choice| docker.start_bare(ENGINE, choice).await,
+                start: async |choice: &Choice| docker.start_bare(BARE, choice).await,
                 stop: async |id: String| docker.remove(&id).await,
             };
             measure(docker.clone(), &args, target, bare).await?
@@ -118,6 +124,7 @@ pub async fn bench(args: BenchArgs, config_file: Option<&Path>) -> anyhow::Resul
             );
         }
         println!("  kill->healthy / bare start (medians): {:.3}", report.ratio_median);
+        println!("  kill->healthy / bare start (median of pairs): {:.3}", report.paired_ratio_median);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -139,14 +146,9 @@ async fn measure<R: EngineRuntime + Clone, T>(
     >,
 ) -> anyhow::Result<Report> {
     let plan = args.engine.plan()?;
-    let choice = plan.groups[0].choice.clone();
-    let addr = probe::engine_addr(&choice.launch.host, choice.launch.port)?;
+    let bare_choice = args.engine.plan_on(args.engine.port + 1)?.groups[0].choice.clone();
+    let bare_addr = probe::engine_addr(&bare_choice.launch.host, bare_choice.launch.port)?;
     let settle = Duration::from_secs_f64(args.settle_s);
-
-    // Half the bare starts before the kills and half after: dockerd's speed drifts over a run,
-    // and a baseline taken only at one end skews the ratio either way.
-    let before_kills = args.bare_starts.div_ceil(2);
-    let mut bare = time_bare_starts(before_kills, &choice, addr, &bare_start).await?;
 
     let mut policy = SupervisionPolicy::default();
     policy.restart.reset_after = settle;
@@ -156,11 +158,15 @@ async fn measure<R: EngineRuntime + Clone, T>(
         let (runtime, status, cancel) = (runtime.clone(), status.clone(), cancel.clone());
         tokio::spawn(async move { run_with(runtime, &plan, policy, status, cancel).await })
     };
+    let mut bare = Vec::new();
     let mut death_seen = Vec::new();
     let mut healthy = Vec::new();
     let outcome: anyhow::Result<()> = async {
         for _ in 0..args.kills {
             harness::wait_for(&status, Duration::from_secs(60), "ready", harness::is_ready).await?;
+            // The restart's own aftermath (watchers connecting, removals) is over first.
+            tokio::time::sleep(settle / 2).await;
+            bare.push(time_bare_start(&bare_choice, bare_addr, &bare_start).await?);
             tokio::time::sleep(settle + Duration::from_millis(100)).await;
             let engine = harness::engine(&status).context("engine missing from status")?;
             let id = engine.instance.clone().context("ready engine without instance id")?;
@@ -184,8 +190,8 @@ async fn measure<R: EngineRuntime + Clone, T>(
     cancel.cancel();
     task.await.context("supervisor task")??;
     outcome?;
-    bare.extend(time_bare_starts(args.bare_starts - before_kills, &choice, addr, &bare_start).await?);
 
+    let pairs: Vec<f64> = healthy.iter().zip(&bare).map(|(h, b)| h / b).collect();
     let bare_start_ms = Summary::of(bare);
     let kill_to_healthy_ms = Summary::of(healthy);
     Ok(Report {
@@ -193,41 +199,37 @@ async fn measure<R: EngineRuntime + Clone, T>(
         bare_start: bare_start.what,
         kills: death_seen.len(),
         ratio_median: kill_to_healthy_ms.median / bare_start_ms.median,
+        paired_ratio_median: Summary::of(pairs).median,
         bare_start_ms,
         death_seen_ms: Summary::of(death_seen),
         kill_to_healthy_ms,
     })
 }
 
-/// Times `count` bare starts: start, poll `/health` at the supervisor's startup cadence until
-/// ready, stop.
-async fn time_bare_starts<T>(
-    count: u32,
+/// Times one bare start: start, poll `/health` at the supervisor's startup cadence until ready,
+/// stop.
+async fn time_bare_start<T>(
     choice: &Choice,
     addr: SocketAddr,
     bare: &Bare<
         impl AsyncFn(&Choice) -> Result<T, RuntimeError>,
         impl AsyncFn(T) -> Result<(), RuntimeError>,
     >,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<f64> {
     let poll = SupervisionPolicy::default().health;
-    let mut times = Vec::new();
-    for _ in 0..count {
-        let started = Instant::now();
-        let engine = (bare.start)(choice).await?;
-        let mut healthy = true;
-        while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
-            if started.elapsed() > Duration::from_secs(60) {
-                healthy = false;
-                break;
-            }
-            // The supervisor's own startup cadence: the comparison is of restart overhead only.
-            tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
+    let started = Instant::now();
+    let engine = (bare.start)(choice).await?;
+    let mut healthy = true;
+    while probe::health(addr, Duration::from_secs(1)).await != Health::Ready {
+        if started.elapsed() > Duration::from_secs(60) {
+            healthy = false;
+            break;
         }
-        let elapsed = started.elapsed();
-        (bare.stop)(engine).await?;
-        anyhow::ensure!(healthy, "bare start not healthy within 60 s");
-        times.push(elapsed.as_secs_f64() * 1e3);
+        // The supervisor's own startup cadence: the comparison is of restart overhead only.
+        tokio::time::sleep(poll.startup_poll(started.elapsed())).await;
     }
-    Ok(times)
+    let elapsed = started.elapsed();
+    (bare.stop)(engine).await?;
+    anyhow::ensure!(healthy, "bare start not healthy within 60 s");
+    Ok(elapsed.as_secs_f64() * 1e3)
 }

@@ -38,6 +38,11 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     pub fn plan(&self) -> anyhow::Result<Plan> {
+        self.plan_on(self.port)
+    }
+
+    /// [`Self::plan`] with the engine on `port`.
+    pub fn plan_on(&self, port: u16) -> anyhow::Result<Plan> {
         let model = std::fs::canonicalize(&self.model)
             .with_context(|| format!("--model {}", self.model.display()))?;
         let program = match self.runtime {
@@ -59,7 +64,7 @@ impl EngineArgs {
             "--host",
             "127.0.0.1",
             "--port",
-            &self.port.to_string(),
+            &port.to_string(),
             "--metrics",
             "--slots",
         ];
@@ -68,7 +73,7 @@ impl EngineArgs {
             program,
             args: args.iter().map(|a| a.to_string()).collect(),
             host: "127.0.0.1".into(),
-            port: self.port,
+            port,
             model_files: vec![model],
             startup_allowance_s: 60,
             ..Default::default()
