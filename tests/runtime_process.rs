@@ -184,16 +184,18 @@ fn soak_across_supervisor_restarts_leaves_one_engine() {
 #[test]
 fn bench_pairs_each_kill_with_a_bare_start() {
     let port = free_port();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lucebox"))
-        .args(["runtime", "bench", "--runtime", "process", "--kills", "3", "--settle-s", "0.3", "--json"])
-        .args(["--port", &port.to_string()])
-        .arg("--server")
-        .arg(server())
-        .arg("--model")
-        .arg(model())
-        .env("LUCEBOX_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = lucebox_runtime(&[
+        "bench",
+        "--runtime",
+        "process",
+        "--kills",
+        "3",
+        "--settle-s",
+        "0.3",
+        "--json",
+        "--port",
+        &port.to_string(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["kills"], 3, "{report}");

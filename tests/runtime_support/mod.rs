@@ -344,19 +344,33 @@ pub fn container_pid(id: &str) -> i32 {
 /// `lucebox runtime soak` of `faults` faults of `kinds` (comma-separated) on a free port; panics
 /// with the tail of its output unless it passes.
 pub fn soak(runtime: &str, kinds: &str, faults: u32) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
-        .args(["runtime", "soak", "--runtime", runtime, "--kinds", kinds, "--faults"])
-        .arg(faults.to_string())
-        .arg("--port")
-        .arg(free_port().to_string())
+    let port = free_port().to_string();
+    let out = lucebox_runtime(&[
+        "soak",
+        "--runtime",
+        runtime,
+        "--kinds",
+        kinds,
+        "--faults",
+        &faults.to_string(),
+        "--port",
+        &port,
+    ]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("PASS"), "soak failed:\n{}", tail(&text, 40));
+    text
+}
+
+/// `lucebox runtime ARGS… --server … --model …` (the test engine), run to completion.
+pub fn lucebox_runtime(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .arg("runtime")
+        .args(args)
         .arg("--server")
         .arg(server())
         .arg("--model")
         .arg(model())
         .env("LUCEBOX_LOG", "warn")
         .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.contains("PASS"), "soak failed:\n{}", tail(&text, 40));
-    text
+        .unwrap()
 }
