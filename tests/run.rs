@@ -40,3 +40,27 @@ fn run_serves_a_chat_completion_and_stops_cleanly() {
     assert!(!engine_alive, "engine process {engine_pid} left behind");
     assert!(http(engine_port, "GET", "/health", "").is_none(), "engine port still answers");
 }
+
+/// `thermal/loop-cpu.sh` runs `lucebox run` on a copy of the captured R9700 host with the CPU
+/// llama-server standing in for its Vulkan build: the fan loop must drive the card under the
+/// engine's load and account its own CPU time. A short run; the figure itself is the script's job.
+#[test]
+fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("bash")
+        .arg(repo_root().join("thermal/loop-cpu.sh"))
+        .arg("5")
+        .env("LUCEBOX", env!("CARGO_BIN_EXE_lucebox"))
+        .env("LUCEBOX_LLAMA_SERVER", llama_server())
+        .env("LUCEBOX_TINY_MODEL", tiny_model(dir.path()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(report["device"], "0000:03:00.0");
+    assert_eq!(report["mode"], "predictive", "{report}");
+    assert!(report["requests"].as_u64().unwrap() > 0, "no request served: {report}");
+    assert!(report["loop_cpu_s"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["loop_cpu_pct"].as_f64().unwrap() > 0.0, "{report}");
+}

@@ -1,5 +1,6 @@
 //! Fault tests of the control loop on captured sysfs trees: every fault ends with the fan in a
-//! safe state (firmware auto, or full speed at the limit), checked on the tree itself. The loop
+//! safe state (firmware auto, or full speed at the limit), checked on the tree itself. Also the
+//! loop's account of its own CPU time. The loop
 //! runs at 50 Hz here so the tests stay short; checks wait for the state rather than count ticks.
 
 mod common;
@@ -101,6 +102,23 @@ async fn pwm_fan_is_driven_then_restored_on_cancel_and_the_model_is_saved() {
     assert_eq!(rig.file("pwm1_enable"), "2");
     let saved: Vec<_> = std::fs::read_dir(rig.state.path().join("thermal")).unwrap().collect();
     assert_eq!(saved.len(), 1);
+}
+
+#[tokio::test]
+async fn the_loop_publishes_the_cpu_time_it_uses() {
+    let rig = Rig::start("rx6800-hwmon", "gfx1030", "hwmon2");
+    let cpu = || {
+        let thermal = rig.status.snapshot().thermal;
+        thermal.get("0000:03:00.0").map_or((0.0, None), |t| (t.loop_cpu_s, t.loop_cpu_pct))
+    };
+    assert!(eventually(|| cpu().0 > 0.0, |_| {}).await, "no CPU time counted: {:?}", cpu());
+    let (first, _) = cpu();
+    assert!(eventually(|| cpu().0 > first, |_| {}).await, "CPU time stopped growing at {first} s");
+    let (spent, share) = cpu();
+    let share = share.expect("a share once the loop has run");
+    // The share is the CPU time over the loop's wall time: positive, and no more than one core.
+    assert!(share > 0.0 && share <= 100.0, "share {share} % for {spent} s");
+    rig.stop().await;
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The status page in real headless Chromium (driven through chromedriver's WebDriver HTTP API),
 //! served in-process (first test) and by a real `lucebox run` (second test), with real hardware detection and the state of a real llama-server running
 //! the tiny CPU model. Checks what a user sees: the live indicator, the engine state, the device
-//! table, and that the page keeps working when the engine goes down. Saves a screenshot to
+//! table, a fan loop's row in the thermal table, and that the page keeps working when the engine goes down. Saves a screenshot to
 //! `target/test-output/web-status.png`.
 //!
 //! Needs `/usr/bin/chromium`, `/usr/bin/chromedriver`, python3 with gguf (ci/make-tiny-model.py)
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, llama_server as engine_binary, tiny_model};
 use lucebox::hardware::{self, DetectOptions, SysRoot};
-use lucebox::status::{unix_ms, EngineState, EngineStatus, Level, LoadSnapshot, StatusModel};
+use lucebox::status::{unix_ms, EngineState, EngineStatus, Level, LoadSnapshot, StatusModel, ThermalStatus};
 use lucebox::web::{Limits, NoActions};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
@@ -233,6 +233,22 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     assert!(device_count > 0, "detection found nothing: {detection:?}");
     let status = StatusModel::new();
     status.update(|s| s.hardware = Some(detection));
+    // A fan loop's report as the thermal daemon publishes it (no fan on this machine).
+    status.update(|s| {
+        s.thermal.insert(
+            "0000:03:00.0".into(),
+            ThermalStatus {
+                device_id: "0000:03:00.0".into(),
+                junction_c: Some(61.0),
+                limit_c: Some(95.0),
+                mode: "predictive".into(),
+                actuator: "od-fan-curve".into(),
+                loop_cpu_s: 0.0393,
+                loop_cpu_pct: Some(0.0131),
+                ..ThermalStatus::default()
+            },
+        );
+    });
     let server = TestServer::start_with(status.clone(), Arc::new(NoActions), Limits::default()).await;
 
     // A real engine: llama-server with the tiny model; one completion gives a real tokens/s.
@@ -293,6 +309,12 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     );
     let events = browser.eval("return document.getElementById('events').textContent").await;
     assert!(events.as_str().unwrap().contains("started llama-server"), "{events}");
+    let thermal = browser
+        .eval("return Array.from(document.querySelectorAll('#thermal tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent))")
+        .await;
+    assert_eq!(thermal[0][0], "0000:03:00.0", "{thermal}");
+    assert_eq!(thermal[0][4], "predictive via od-fan-curve", "{thermal}");
+    assert_eq!(thermal[0][6], "0.013 %", "the loop's CPU share: {thermal}");
     browser
         .wait_for(
             "tokens chart legend",

@@ -106,6 +106,11 @@ pub struct ThermalStatus {
     pub actuator: String,
     /// Set while the safety layer overrides the controller, with the reason.
     pub safety: Option<String>,
+    /// CPU time this device's control loop has used since it started: reading the sensors, the
+    /// safety layer, model, forecast and controller, and driving the fan.
+    pub loop_cpu_s: f64,
+    /// The same as a share of one core over the loop's life.
+    pub loop_cpu_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

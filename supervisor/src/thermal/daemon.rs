@@ -124,6 +124,15 @@ struct DeviceLoop {
     model_file: PathBuf,
     mode: Option<Mode>,
     last_duty: Option<(f64, Instant)>,
+    /// CPU time spent in this device's ticks.
+    cpu: Duration,
+}
+
+/// CPU time of the calling thread: a tick runs on one thread without yielding, so the difference
+/// around it is the tick's own cost, whatever else the runtime does meanwhile.
+fn thread_cpu_time() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
 impl DeviceLoop {
@@ -154,6 +163,7 @@ impl DeviceLoop {
             model_file,
             mode: None,
             last_duty: None,
+            cpu: Duration::ZERO,
         })
     }
 
@@ -194,6 +204,7 @@ impl DeviceLoop {
         status: &StatusModel,
         config: &ControlConfig,
     ) -> ThermalStatus {
+        let cpu_before = thread_cpu_time();
         let reading = self.sensors.read();
         // An operator's safe mode replaces the controller; the safety layer's full speed still wins.
         let verdict = match (config.overrides.get(&self.id), self.safety.judge(&reading)) {
@@ -240,6 +251,8 @@ impl DeviceLoop {
                 }
             }
         }
+        self.cpu += thread_cpu_time().saturating_sub(cpu_before);
+        let loop_cpu_s = self.cpu.as_secs_f64();
         let r = reading.as_ref().ok();
         ThermalStatus {
             device_id: self.id.clone(),
@@ -252,6 +265,8 @@ impl DeviceLoop {
             mode: self.mode.map(Mode::name).unwrap_or("starting").to_string(),
             actuator: self.actuator.kind().to_string(),
             safety,
+            loop_cpu_s,
+            loop_cpu_pct: (t_s > 0.0).then(|| 100.0 * loop_cpu_s / t_s),
         }
     }
 

@@ -71,6 +71,12 @@ pub fn render(status: &Status) -> Result<String, std::fmt::Error> {
     let peak =
         gauges(&mut registry, "device_predicted_peak_celsius", "Highest junction temperature predicted");
     let limit = gauges(&mut registry, "device_limit_celsius", "Junction temperature limit");
+    let loop_cpu = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    registry.register(
+        "device_fan_loop_cpu_seconds",
+        "CPU time of the device's fan control loop since it started",
+        loop_cpu.clone(),
+    );
     if let Some(detection) = &status.hardware {
         for device in &detection.devices {
             let id = [("device", device.id.as_str())];
@@ -87,6 +93,7 @@ pub fn render(status: &Status) -> Result<String, std::fmt::Error> {
         set(&fan, &id, thermal.fan_duty_pct);
         set(&peak, &id, thermal.predicted_peak_c);
         set(&limit, &id, thermal.limit_c);
+        loop_cpu.get_or_create(&labels(&id)).inc_by(thermal.loop_cpu_s);
     }
 
     let ota = gauges(&mut registry, "ota_version", "Version of the profile set the OTA state refers to");
@@ -129,6 +136,7 @@ mod tests {
             ThermalStatus {
                 junction_c: Some(66.0),
                 predicted_peak_c: Some(81.5),
+                loop_cpu_s: 0.25,
                 ..ThermalStatus::default()
             },
         );
@@ -141,6 +149,7 @@ mod tests {
             "lucebox_engine_requests_deferred{engine=\"engine-0\"} 2.0",
             "lucebox_device_temperature_celsius{device=\"0000:03:00.0\"} 66.0",
             "lucebox_device_predicted_peak_celsius{device=\"0000:03:00.0\"} 81.5",
+            "lucebox_device_fan_loop_cpu_seconds_total{device=\"0000:03:00.0\"} 0.25",
             "lucebox_ota_version{state=\"committed\"} 12.0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
