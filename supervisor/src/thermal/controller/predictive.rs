@@ -56,6 +56,21 @@ const BIAS_TAU_S: f64 = 10.0;
 /// in the average where the model is right).
 const BIAS_DEADBAND_C: f64 = 0.3;
 
+/// Whether `model`'s junction plus the reserve stays under `budget_c` at every step with `duty(k)`
+/// commanded: the one check behind every plan of the controller.
+fn within_budget(
+    model: &ThermalModel,
+    junction_c: f64,
+    power: &[f64],
+    reserve: &[f64],
+    budget_c: f64,
+    duty: impl Fn(usize) -> f64,
+) -> bool {
+    let mut ok = true;
+    model.predict(junction_c, power, duty, |k, tj| ok &= tj + reserve[k] <= budget_c);
+    ok
+}
+
 pub struct Predictive {
     limits: DeviceLimits,
     model: ThermalModel,
@@ -116,11 +131,7 @@ impl Predictive {
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
-        let stop_holds = || {
-            let mut ok = true;
-            self.model.predict(junction_c, power, |_| lowest, |k, tj| ok &= tj + reserve[k] <= budget_c);
-            ok
-        };
+        let stop_holds = || within_budget(&self.model, junction_c, power, reserve, budget_c, |_| lowest);
         if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
@@ -154,14 +165,7 @@ impl Predictive {
         duty: f64,
     ) -> bool {
         let hold = (HOLD_S / self.dt_s).round() as usize;
-        let mut ok = true;
-        model.predict(
-            junction_c,
-            power,
-            |k| if k < hold { duty } else { 100.0 },
-            |k, tj| ok &= tj + reserve[k] <= budget_c,
-        );
-        ok
+        within_budget(model, junction_c, power, reserve, budget_c, |k| if k < hold { duty } else { 100.0 })
     }
 
     /// Where a running fan's drop from `current` to `proposed` is larger than
@@ -212,14 +216,13 @@ impl Predictive {
             return false;
         }
         let hold = (hold_s / self.dt_s).round() as usize;
-        let mut ok = true;
-        self.model.predict(
-            junction_c,
-            power,
-            |k| if k < hold { lowest } else { 100.0 },
-            |k, tj| ok &= tj + reserve[k] <= budget_c,
-        );
-        ok
+        within_budget(&self.model, junction_c, power, reserve, budget_c, |k| {
+            if k < hold {
+                lowest
+            } else {
+                100.0
+            }
+        })
     }
 
     /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
