@@ -308,16 +308,21 @@ pub fn require_docker() {
     assert!(ok, "dockerd or {IMAGE} missing: run ci/docker.sh then ci/build-engine-image.sh");
 }
 
+/// Container ids of engine `name` that `docker ps` lists with `flags` (`-q`: running, `-aq`: any
+/// state).
+fn listed_containers(name: &str, flags: &str) -> Vec<String> {
+    let out = docker(&["ps", flags, "--no-trunc", "--filter", &format!("label=lucebox.engine={name}")]);
+    out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
 /// Container ids (any state) of engine `name`.
 pub fn containers(name: &str) -> Vec<String> {
-    let out = docker(&["ps", "-aq", "--no-trunc", "--filter", &format!("label=lucebox.engine={name}")]);
-    out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+    listed_containers(name, "-aq")
 }
 
 /// Running container ids of engine `name`.
 pub fn running_containers(name: &str) -> Vec<String> {
-    let out = docker(&["ps", "-q", "--no-trunc", "--filter", &format!("label=lucebox.engine={name}")]);
-    out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+    listed_containers(name, "-q")
 }
 
 /// One engine for `name` on `port`: one process, one running container, and besides it at most
