@@ -43,12 +43,14 @@ LUCEBOX_ROOT="$work/root" LUCEBOX_PROFILES_DIR="$work/profiles" LUCEBOX_ENGINES_
 supervisor=$!
 
 api() { curl -sf -m 5 "http://127.0.0.1:$web_port/api/v1/$1"; }
+ready() { api engines 2>/dev/null | grep -q '"state":"ready"'; }
+driving() { api thermal 2>/dev/null | grep -q '"mode":"predictive"'; }
 for _ in $(seq 120); do
-  api engines 2>/dev/null | grep -q '"state":"ready"' && break
+  ready && driving && break
   sleep 0.5
 done
-api engines | grep -q '"state":"ready"' || { tail -20 "$work/run.log"; echo "engine not ready" >&2; exit 1; }
-api thermal | grep -q '"mode":"predictive"' || { api thermal; echo; echo "the loop is not driving the fan" >&2; exit 1; }
+ready || { tail -20 "$work/run.log"; echo "engine not ready" >&2; exit 1; }
+driving || { api thermal; echo; echo "the loop is not driving the fan" >&2; exit 1; }
 
 echo "load: 2 clients for $seconds s against 127.0.0.1:$engine_port" >&2
 ticks_per_s=$(getconf CLK_TCK)
