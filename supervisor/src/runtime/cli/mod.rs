@@ -97,10 +97,16 @@ async fn run(args: RunArgs, config_file: Option<&Path>) -> anyhow::Result<ExitCo
     let status = StatusModel::new();
     let cancel = CancellationToken::new();
     tokio::spawn(crate::supervise::cancel_on_signals(cancel.clone()));
-    if let Some(path) = args.status_file.clone() {
-        tokio::spawn(write_status_file(status.clone(), path, cancel.clone()));
+    let mirror = args
+        .status_file
+        .clone()
+        .map(|path| tokio::spawn(write_status_file(status.clone(), path, cancel.clone())));
+    super::run_plan(&plan, &config, status.clone(), cancel.clone()).await?;
+    // The last word is the final status: the mirror has stopped before it is written.
+    cancel.cancel();
+    if let Some(mirror) = mirror {
+        let _ = mirror.await;
     }
-    super::run_plan(&plan, &config, status.clone(), cancel).await?;
     if let Some(path) = &args.status_file {
         write_status(&status, path)?;
     }
