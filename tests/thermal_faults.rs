@@ -1,7 +1,7 @@
 //! Fault tests of the control loop on captured sysfs trees: every fault ends with the fan in a
 //! safe state (firmware auto, or full speed at the limit), checked on the tree itself. Also the
-//! loop's account of its own CPU time. The loop
-//! runs at 50 Hz here so the tests stay short; checks wait for the state rather than count ticks.
+//! loop's account of its own CPU time. The loop runs at 50 Hz here so the tests stay short; checks
+//! wait for the state rather than count ticks.
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! The status page in real headless Chromium (driven through chromedriver's WebDriver HTTP API),
-//! served in-process (first test) and by a real `lucebox run` (second test), with real hardware detection and the state of a real llama-server running
-//! the tiny CPU model. Checks what a user sees: the live indicator, the engine state, the device
-//! table, a fan loop's row in the thermal table, and that the page keeps working when the engine goes down. Saves a screenshot to
+//! served in-process (first test) and by a real `lucebox run` (second test), with real hardware
+//! detection and the state of a real llama-server running the tiny CPU model. Checks what a user
+//! sees: the live indicator, the engine state, the device table, a fan loop's row in the thermal
+//! table, and that the page keeps working when the engine goes down. Saves a screenshot to
 //! `target/test-output/web-status.png`.
 //!
 //! Needs `/usr/bin/chromium`, `/usr/bin/chromedriver`, python3 with gguf (ci/make-tiny-model.py)

@@ -55,7 +55,7 @@ driving || { api thermal; echo; echo "the loop is not driving the fan" >&2; exit
 echo "load: 2 clients for $seconds s against 127.0.0.1:$engine_port" >&2
 ticks_per_s=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$supervisor/stat"; }
-start_ticks=$(cpu_ticks) start_s=$SECONDS requests=0
+start_ticks=$(cpu_ticks) start_s=$SECONDS
 end=$((SECONDS + seconds))
 client() {
   local n=0
