@@ -109,6 +109,33 @@ fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
     assert_eq!(report["controllers"]["predictive"]["seconds_over_limit"], 0.0);
 }
 
+/// `thermal/stock-peak-bound.sh` reads the oracle at a ceiling under stock's peak as the least
+/// duty a controller keeping that margin needs: the oracle honours a numeric ceiling and pays for
+/// a lower one.
+#[test]
+fn oracle_under_a_lower_ceiling_holds_it_and_needs_more_duty() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = short_trace(dir.path());
+    let at_peak = bench_json("r9700-blower.toml", &trace, &["--ceiling", "stock-peak"]);
+    let ceiling = at_peak["limit_c"].as_f64().unwrap() - 1.0;
+    let oracle_mean =
+        |report: &serde_json::Value| report["controllers"]["oracle"]["mean_duty_pct"].as_f64().unwrap();
+    let lower = bench_json(
+        "r9700-blower.toml",
+        &trace,
+        &["--ceiling", &format!("{ceiling:.2}"), "--controller", "oracle"],
+    );
+    let oracle = &lower["controllers"]["oracle"];
+    assert_eq!(oracle["seconds_over_limit"], 0.0);
+    assert!(oracle["peak_junction_c"].as_f64().unwrap() <= ceiling + 1e-9, "{oracle}");
+    assert!(
+        oracle_mean(&lower) > oracle_mean(&at_peak) + 0.1,
+        "{} vs {}",
+        oracle_mean(&lower),
+        oracle_mean(&at_peak)
+    );
+}
+
 #[test]
 fn bad_plant_key_is_named_with_the_file() {
     let dir = tempfile::tempdir().unwrap();
