@@ -1,15 +1,16 @@
 #!/bin/bash
 # Reproduces the results table of thermal/README.md: every shipped plant x trace, at the plant's
-# limit and at --ceiling stock-peak, seed 1. Needs a built `lucebox` (LUCEBOX=path, default
-# target/release/lucebox) and python3 for the table.
+# limit and at --ceiling stock-peak, seed 1 (SEED=N for another). Needs a built `lucebox`
+# (LUCEBOX=path, default target/release/lucebox) and python3 for the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LUCEBOX=${LUCEBOX:-target/release/lucebox}
+SEED=${SEED:-1}
 echo "| plant | trace | ceiling | over s | pred mean % | stock | target | oracle | share % | vs stock % | chg/min pred/stock/target | quiet % pred/oracle | peak °C pred/stock | MAE30 °C | goals met |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 source thermal/runs.sh
 each_run | while read -r plant trace ceiling; do
-  bench_run "$plant" "$trace" "$ceiling" 1 | PLANT=$plant TRACE=$trace CEIL=$ceiling python3 -c '
+  bench_run "$plant" "$trace" "$ceiling" "$SEED" | PLANT=$plant TRACE=$trace CEIL=$ceiling python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)["controllers"]
 p, s, t, o = r["predictive"], r["stock"], r["target"], r["oracle"]

@@ -266,9 +266,17 @@ impl ThermalModel {
                 x[k] += w * row[k];
             }
         }
+        // The heatsink is read as junction − r_js·P_j, so across a power step the uncertainty of
+        // r_js adds to the measured slope's noise: such a window counts for less until r_js is known.
+        let mean_pj = |range: std::ops::Range<usize>| {
+            range.clone().map(|i| self.history[i].power_j_w).sum::<f64>() / range.len() as f64
+        };
+        let step_w = mean_pj(n - END_SAMPLES..n) - mean_pj(0..END_SAMPLES);
+        let r_js_slope_sd = step_w.abs() * self.params.r_js_var.sqrt() / (span * self.dt_s);
+        let noise = 1.0 + (r_js_slope_sd / SLOPE_NOISE).powi(2);
         let p = &mut self.params;
         let px: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| p.sink_cov[i][j] * x[j]).sum()).collect();
-        let denom = FORGETTING + (0..PARAMS).map(|i| x[i] * px[i]).sum::<f64>();
+        let denom = FORGETTING * noise + (0..PARAMS).map(|i| x[i] * px[i]).sum::<f64>();
         let err = y - (0..PARAMS).map(|i| p.sink[i] * x[i]).sum::<f64>();
         let mut next = p.sink;
         for i in 0..PARAMS {
@@ -372,6 +380,45 @@ mod tests {
         assert!(loaded.sink.iter().zip(&p.sink).all(|(a, b)| (a - b).abs() < 1e-12));
         std::fs::write(&path, b"{not json").unwrap();
         assert_eq!(ModelParams::load_or_prior(&path), ModelParams::prior());
+    }
+
+    /// One heatsink update over a window whose readings put the heatsink at a constant 50 °C
+    /// (under the model's own r_js), the power at `from_w` for the first half and `to_w` after;
+    /// returns how far the capacity term moved from the prior's.
+    fn capacity_move(r_js_var: f64, from_w: f64, to_w: f64) -> f64 {
+        let mut params = ModelParams::prior();
+        params.r_js_var = r_js_var;
+        let mut model = ThermalModel::new(params, 1.0);
+        let mut pj = from_w;
+        for k in 0..SLOPE_WINDOW {
+            let power_w = if k < SLOPE_WINDOW / 2 { from_w } else { to_w };
+            if k > 0 {
+                pj += (power_w - pj) * model.junction_filter();
+            }
+            let junction_c = 50.0 + model.params.r_js_k_per_w * pj;
+            model.history.push_back(Sample {
+                junction_c,
+                power_w,
+                power_j_w: pj,
+                airflow: 1.0,
+                stopped: 0.0,
+            });
+        }
+        model.learn_sink();
+        assert_eq!(model.params.updates, 1, "the window must be used");
+        (model.params.sink[0] - ModelParams::prior().sink[0]).abs()
+    }
+
+    /// The heatsink is read as junction − r_js·P_j, so a window across a power step depends on
+    /// r_js: while r_js is uncertain such a window moves the fit less. A window without a step
+    /// does not depend on r_js and moves it alike.
+    #[test]
+    fn a_window_across_a_power_step_counts_less_while_r_js_is_uncertain() {
+        let prior_var = ModelParams::prior().r_js_var;
+        let (unsure, sure) = (capacity_move(prior_var, 30.0, 330.0), capacity_move(1e-9, 30.0, 330.0));
+        assert!(sure > 0.0 && unsure < 0.5 * sure, "uncertain r_js {unsure:e}, known {sure:e}");
+        let (unsure, sure) = (capacity_move(prior_var, 330.0, 330.0), capacity_move(1e-9, 330.0, 330.0));
+        assert!(sure > 0.0 && (unsure - sure).abs() < 1e-12 * sure, "{unsure:e} vs {sure:e}");
     }
 
     /// Drives a true two-node plant with power and fan steps and checks the fit predicts it.
