@@ -1,8 +1,9 @@
 #!/bin/bash
 # What any controller can reach at --ceiling stock-peak, seed 1: the oracle (true plant, future
 # power known) run again at stock's peak minus a margin. A controller whose junction stays MARGIN
-# under the ceiling spends at least that oracle's mean duty, so its share of the stock -> oracle
-# gap is at most 100 x (stock - oracle at ceiling - MARGIN) / (stock - oracle at ceiling).
+# under the ceiling needs about that oracle's mean duty (the oracle is a near-optimal search, not a
+# proof), so its share of the stock -> oracle gap is at most about
+# 100 x (stock - oracle at ceiling - MARGIN) / (stock - oracle at ceiling).
 # Prints one markdown row per shipped plant x trace, with the predictive controller's own figures
 # beside it. Needs a built `lucebox` (LUCEBOX=path, default target/release/lucebox) and python3.
 set -euo pipefail

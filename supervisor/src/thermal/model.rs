@@ -248,14 +248,18 @@ impl ThermalModel {
         if ends.clone().any(|i| (self.history[i].power_w - self.history[i].power_j_w).abs() > SETTLED_W) {
             return;
         }
-        let mean_sink = |range: std::ops::Range<usize>| {
-            range.clone().map(|i| self.sink_c(&self.history[i])).sum::<f64>() / range.len() as f64
+        // Change of `value` across the window: the mean of its end group minus that of its start.
+        let change = |value: &dyn Fn(&Sample) -> f64| {
+            let mean = |range: std::ops::Range<usize>| {
+                range.map(|i| value(&self.history[i])).sum::<f64>() / END_SAMPLES as f64
+            };
+            mean(n - END_SAMPLES..n) - mean(0..END_SAMPLES)
         };
         // Heatsink change between the centres of the two end groups, over the integral of the
         // regressors between them (trapezoid), both divided by the span: a mean slope.
         let (from, to) = (END_SAMPLES / 2, n - 1 - END_SAMPLES / 2);
         let span = (to - from) as f64;
-        let y = (mean_sink(n - END_SAMPLES..n) - mean_sink(0..END_SAMPLES)) / (span * self.dt_s);
+        let y = change(&|s| self.sink_c(s)) / (span * self.dt_s);
         let mut x = [0.0; PARAMS];
         for i in from..=to {
             let s = &self.history[i];
@@ -268,10 +272,7 @@ impl ThermalModel {
         }
         // The heatsink is read as junction − r_js·P_j, so across a power step the uncertainty of
         // r_js adds to the measured slope's noise: such a window counts for less until r_js is known.
-        let mean_pj = |range: std::ops::Range<usize>| {
-            range.clone().map(|i| self.history[i].power_j_w).sum::<f64>() / range.len() as f64
-        };
-        let step_w = mean_pj(n - END_SAMPLES..n) - mean_pj(0..END_SAMPLES);
+        let step_w = change(&|s| s.power_j_w);
         let r_js_slope_sd = step_w.abs() * self.params.r_js_var.sqrt() / (span * self.dt_s);
         let noise = 1.0 + (r_js_slope_sd / SLOPE_NOISE).powi(2);
         let p = &mut self.params;
