@@ -44,8 +44,8 @@ fn grid(duty: f64) -> f64 {
 const STOP_DWELL: usize = 30;
 /// Bisection resolution of the duty search.
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
-/// Seconds from an unannounced prompt's arrival until a raised command cools the heatsink: the
-/// period in which it is first seen plus the fan's spin-up.
+/// Seconds from a raised command until the fan cools the heatsink (its spin-up). An unannounced
+/// prompt is first seen up to a period after it arrives, so the fan answers it a period later.
 const FAN_RESPONSE_S: f64 = 2.0;
 /// The model's recent error is measured by replaying this span (the hold of a plan) from the
 /// junction estimate at its start with the power and fan duty that were seen ...
@@ -56,18 +56,19 @@ const BIAS_TAU_S: f64 = 10.0;
 /// in the average where the model is right).
 const BIAS_DEADBAND_C: f64 = 0.3;
 
-/// Whether `model`'s junction plus the reserve stays under `budget_c` at every step with `duty(k)`
-/// commanded: the one check behind every plan of the controller.
+/// Whether `model`'s junction plus the reserve stays under `budget_c` at every step from `from` on
+/// with `duty(k)` commanded: the one check behind every plan of the controller.
 fn within_budget(
     model: &ThermalModel,
     junction_c: f64,
     power: &[f64],
     reserve: &[f64],
     budget_c: f64,
+    from: usize,
     duty: impl Fn(usize) -> f64,
 ) -> bool {
     let mut ok = true;
-    model.predict(junction_c, power, duty, |k, tj| ok &= tj + reserve[k] <= budget_c);
+    model.predict(junction_c, power, duty, |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
     ok
 }
 
@@ -131,7 +132,7 @@ impl Predictive {
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
-        let stop_holds = || within_budget(&self.model, junction_c, power, reserve, budget_c, |_| lowest);
+        let stop_holds = || within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |_| lowest);
         if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
@@ -165,7 +166,16 @@ impl Predictive {
         duty: f64,
     ) -> bool {
         let hold = (HOLD_S / self.dt_s).round() as usize;
-        within_budget(model, junction_c, power, reserve, budget_c, |k| if k < hold { duty } else { 100.0 })
+        // The steps before the fan answers are committed: no duty chosen now changes them, so a
+        // junction already too warm there would otherwise send every search to full speed.
+        let committed = (FAN_RESPONSE_S / self.dt_s).round() as usize;
+        within_budget(model, junction_c, power, reserve, budget_c, committed, |k| {
+            if k < hold {
+                duty
+            } else {
+                100.0
+            }
+        })
     }
 
     /// Where a running fan's drop from `current` to `proposed` is larger than
@@ -216,7 +226,7 @@ impl Predictive {
             return false;
         }
         let hold = (hold_s / self.dt_s).round() as usize;
-        within_budget(&self.model, junction_c, power, reserve, budget_c, |k| {
+        within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |k| {
             if k < hold {
                 lowest
             } else {
@@ -554,6 +564,34 @@ mod tests {
         assert_eq!(slow.split_drop(100.0, 60.0, settled, &power, &reserve, budget), None, "small drop");
         assert_eq!(slow.split_drop(100.0, 20.0, settled, &power, &reserve, fast_peak + 0.1), None);
         assert_eq!(fitted.split_drop(100.0, 20.0, settled, &power, &reserve, budget), None);
+    }
+
+    /// A prefill ending now warms the junction before the fan can answer: the duty search judges
+    /// only the steps the fan can change, and does not go to full speed for the ones it cannot.
+    #[test]
+    fn the_duty_search_ignores_the_steps_before_the_fan_answers() {
+        let mut c = controller();
+        for _ in 0..30 {
+            c.model.observe(50.0, 35.0, 20.0);
+        }
+        let mut power = vec![35.0; 90];
+        power[..2].fill(300.0);
+        let reserve = vec![0.0; 90];
+        let mut peaks = (f64::MIN, f64::MIN);
+        c.model.predict(
+            50.0,
+            &power,
+            |_| 20.0,
+            |k, tj| {
+                let peak = if k < 2 { &mut peaks.0 } else { &mut peaks.1 };
+                *peak = peak.max(tj);
+            },
+        );
+        let budget = peaks.1 + 0.1;
+        assert!(peaks.0 > budget + 1.0, "{peaks:?}");
+        let everywhere = within_budget(&c.model, 50.0, &power, &reserve, budget, 0, |_| 100.0);
+        assert!(!everywhere, "full speed would not hold the first steps either");
+        assert_eq!(c.required_duty(50.0, &power, &reserve, budget), 20.0);
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
