@@ -220,6 +220,7 @@ fn fit_command(args: FitArgs) -> anyhow::Result<ExitCode> {
         println!("sink capacity            {:.0} J/K", report.sink_capacity_j_per_k);
         println!("sink-to-air (stopped)    {}", opt(report.sink_to_air_stopped_k_per_w, "K/W"));
         println!("sink-to-air (full)       {}", opt(report.sink_to_air_full_k_per_w, "K/W"));
+        println!("ambient                  {:.1} °C", report.ambient_c);
         println!("30 s-ahead error (MAE)   {}", opt(report.mae_30s_c, "°C"));
     }
     Ok(ExitCode::SUCCESS)

@@ -18,6 +18,8 @@ pub struct FitReport {
     /// Sink-to-air resistance at 0 % and 100 % duty implied by the fit (K/W).
     pub sink_to_air_stopped_k_per_w: Option<f64>,
     pub sink_to_air_full_k_per_w: Option<f64>,
+    /// The ambient the heatsink cools towards (°C).
+    pub ambient_c: f64,
     /// Mean absolute error of 30 s-ahead junction predictions over the second half of the log.
     pub mae_30s_c: Option<f64>,
 }
@@ -88,13 +90,14 @@ pub fn fit(rows: &[LogRow], start: ModelParams) -> FitReport {
             }
         }
     }
-    let [a, b, c, _, _] = model.params.sink;
+    let [a, b, c, _] = model.params.sink;
     let resistance = |g: f64| (g > 0.0).then(|| a / g);
     FitReport {
         samples: rows.len(),
         sink_capacity_j_per_k: 1.0 / a,
         sink_to_air_stopped_k_per_w: resistance(b),
         sink_to_air_full_k_per_w: resistance(c),
+        ambient_c: model.params.ambient_c(),
         mae_30s_c: (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64),
         params: model.params,
     }

@@ -1,13 +1,15 @@
 //! The learned thermal model of one device: the junction sits `r_js · P_j` above a heatsink node
 //! (`P_j`: power low-passed by the junction time constant), and the heatsink follows
-//! `dTs/dt = a·P − (b·s + c·f(d))·(Ts − T0) + e·s + g·f(d)` with `f(d) = (d/100)^0.7` the airflow
-//! of duty `d`, `s` = 1 while the fan is stopped (passive cooling only) else 0, `T0` a generic
-//! ambient and `e·s + g·f` absorbing the difference to the real one. Every parameter is projected
-//! onto its physical range after each update (a heatsink never cools below ambient). Both parts are
-//! fitted by recursive least squares with forgetting from what the device shows, starting from a
-//! generic prior, and persisted per device. The heatsink is fitted in integral form: the heatsink
-//! change over a 30 s window against the integrals of the regressors, which averages the 1 °C
-//! sensor steps out and uses transients as well as settled stretches.
+//! `dTs/dt = a·P − (b·s + c·f(d))·(Ts − T0 − δ)` with `f(d) = (d/100)^0.7` the airflow of duty
+//! `d`, `s` = 1 while the fan is stopped (passive cooling only) else 0, `T0` a generic ambient and
+//! `δ` the real one's offset from it. One ambient serves both cooling modes: with an offset per
+//! mode, a fan held at one duty and one rise lets its conductance and its offset trade freely.
+//! Every parameter is projected onto its physical range after each update. Both parts are fitted
+//! by recursive least squares with forgetting from what the device shows (the heatsink by an
+//! extended Kalman step, since `c·δ` is not linear), starting from a generic prior, and persisted
+//! per device. The heatsink is fitted in integral form: the heatsink change over a 30 s window
+//! against the integrals of the regressors, which averages the 1 °C sensor steps out and uses
+//! transients as well as settled stretches.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -35,14 +37,14 @@ const STEP_LAG: usize = 3;
 const MIN_STEP_W: f64 = 25.0;
 /// Expected noise of the measured mean heatsink slope (K/s): ~0.3 K of end-group error over 30 s.
 const SLOPE_NOISE: f64 = 0.015;
-const PARAMS: usize = 5;
+const PARAMS: usize = 4;
 /// Largest gap between power and junction-filtered power at a window's ends.
 const SETTLED_W: f64 = 25.0;
 /// Below this duty the fan is taken as stopped.
 const STOPPED_DUTY_PCT: f64 = 1.0;
 /// Generic ambient the model measures from (inside a case).
 const AMBIENT_PRIOR_C: f64 = 30.0;
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 /// Physical range of the heatsink fit (see [`ModelParams::project`]): capacity ...
 const MIN_CAPACITY_J_PER_K: f64 = 50.0;
 const MAX_CAPACITY_J_PER_K: f64 = 5000.0;
@@ -62,7 +64,7 @@ pub struct ModelParams {
     pub version: u32,
     pub r_js_k_per_w: f64,
     pub r_js_var: f64,
-    /// `[a, b, c, e, g]` of the heatsink equation.
+    /// `[a, b, c, δ]` of the heatsink equation.
     pub sink: [f64; PARAMS],
     pub sink_cov: [[f64; PARAMS]; PARAMS],
     pub updates: u64,
@@ -73,15 +75,14 @@ impl ModelParams {
     /// airflow, 30 °C inside the case. Deliberately on the warm side: the fan errs loud, not hot.
     pub fn prior() -> Self {
         let (cap, g_stopped, g_full) = (400.0, 1.0 / 0.7, 1.0 / 0.15);
-        let sink = [1.0 / cap, g_stopped / cap, g_full / cap, 0.0, 0.0];
+        let sink = [1.0 / cap, g_stopped / cap, g_full / cap, 0.0];
         let mut sink_cov = [[0.0; PARAMS]; PARAMS];
         for i in 0..PARAMS {
             // 70 % prior uncertainty per parameter, in units of the slope noise.
             sink_cov[i][i] = (0.7 * sink[i] / SLOPE_NOISE).powi(2);
         }
-        // The offset terms: ±10 °C of ambient error at the prior conductances.
-        sink_cov[3][3] = (10.0 * sink[1] / SLOPE_NOISE).powi(2);
-        sink_cov[4][4] = (10.0 * sink[2] / SLOPE_NOISE).powi(2);
+        // The ambient: ±10 °C around the prior's.
+        sink_cov[3][3] = (10.0 / SLOPE_NOISE).powi(2);
         Self {
             version: FORMAT_VERSION,
             r_js_k_per_w: 0.08,
@@ -93,7 +94,7 @@ impl ModelParams {
     }
 
     fn is_sane(&self) -> bool {
-        let [a, b, c, _, _] = self.sink;
+        let [a, b, c, _] = self.sink;
         self.version == FORMAT_VERSION
             && self.r_js_k_per_w.is_finite()
             && self.sink.iter().all(|v| v.is_finite())
@@ -109,23 +110,24 @@ impl ModelParams {
         self.sink[0] = self.sink[0].clamp(1.0 / MAX_CAPACITY_J_PER_K, 1.0 / MIN_CAPACITY_J_PER_K);
         self.sink[1] = self.sink[1].clamp(0.0, MAX_RATE_PER_S);
         self.sink[2] = self.sink[2].clamp(self.sink[1], MAX_RATE_PER_S);
-        self.sink[3] =
-            self.sink[3].clamp(-MAX_AMBIENT_ERROR_C * self.sink[1], MAX_AMBIENT_ERROR_C * self.sink[1]);
-        self.sink[4] =
-            self.sink[4].clamp(-MAX_AMBIENT_ERROR_C * self.sink[2], MAX_AMBIENT_ERROR_C * self.sink[2]);
+        self.sink[3] = self.sink[3].clamp(-MAX_AMBIENT_ERROR_C, MAX_AMBIENT_ERROR_C);
+    }
+
+    /// The ambient the heatsink cools towards.
+    pub fn ambient_c(&self) -> f64 {
+        AMBIENT_PRIOR_C + self.sink[3]
     }
 
     /// Whether the heatsink fit sits on one of the bounds of [`Self::project`]: the data has not
     /// pinned it down there (or contradicts the model's form).
     pub fn at_bound(&self) -> bool {
-        let [a, b, c, e, g] = self.sink;
+        let [a, b, c, ambient] = self.sink;
         let on = |v: f64, bound: f64| (v - bound).abs() <= 1e-9 * bound.abs().max(1e-12);
         on(a, 1.0 / MAX_CAPACITY_J_PER_K)
             || on(a, 1.0 / MIN_CAPACITY_J_PER_K)
             || on(c, b)
             || on(c, MAX_RATE_PER_S)
-            || (b > 0.0 && on(e.abs(), MAX_AMBIENT_ERROR_C * b))
-            || (c > 0.0 && on(g.abs(), MAX_AMBIENT_ERROR_C * c))
+            || on(ambient.abs(), MAX_AMBIENT_ERROR_C)
     }
 
     /// Loads a saved model; a missing, unreadable or corrupt file yields the prior.
@@ -145,6 +147,23 @@ impl ModelParams {
         })?;
         crate::fsutil::write_atomic(path, &json)
             .map_err(|e| ThermalError::Io { path: path.to_path_buf(), source: e })
+    }
+}
+
+/// A running fan that cools less than still air (`c < b`) contradicts the model. Clamping `c` alone
+/// would leave the parameters the data ties to it where they were, and the ambient then runs away
+/// along the ridge it shares with the capacity on a fan that never stops. Instead the fit moves onto
+/// `c = b` along its covariance (the projection of a constrained Kalman filter), so the
+/// parameters correlated with `c` move with it.
+fn lift_fan_to_still_air(sink: &mut [f64; PARAMS], cov: &[[f64; PARAMS]; PARAMS]) {
+    let below = sink[2] - sink[1];
+    let normal = [0.0, -1.0, 1.0, 0.0];
+    let along: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| cov[i][j] * normal[j]).sum()).collect();
+    let spread: f64 = (0..PARAMS).map(|i| normal[i] * along[i]).sum();
+    if below < 0.0 && spread > 0.0 {
+        for i in 0..PARAMS {
+            sink[i] -= along[i] * below / spread;
+        }
     }
 }
 
@@ -260,16 +279,22 @@ impl ThermalModel {
         let (from, to) = (END_SAMPLES / 2, n - 1 - END_SAMPLES / 2);
         let span = (to - from) as f64;
         let y = change(&|s| self.sink_c(s)) / (span * self.dt_s);
-        let mut x = [0.0; PARAMS];
+        // Window means of P_j, s, s·rise, f, f·rise (rise above the prior's ambient).
+        let mut m = [0.0; 5];
         for i in from..=to {
             let s = &self.history[i];
             let w = if i == from || i == to { 0.5 } else { 1.0 } / span;
             let rise = self.sink_c(s) - AMBIENT_PRIOR_C;
-            let row = [s.power_j_w, -rise * s.stopped, -rise * s.airflow, s.stopped, s.airflow];
-            for k in 0..PARAMS {
-                x[k] += w * row[k];
+            let row = [s.power_j_w, s.stopped, rise * s.stopped, s.airflow, rise * s.airflow];
+            for k in 0..5 {
+                m[k] += w * row[k];
             }
         }
+        // The slope is linear in a, b, c but not in the ambient δ (b·δ, c·δ): linearised at the
+        // current estimate (an extended Kalman step), x is the slope's gradient.
+        let [a, b, c, delta] = self.params.sink;
+        let predicted = a * m[0] - b * (m[2] - delta * m[1]) - c * (m[4] - delta * m[3]);
+        let x = [m[0], -(m[2] - delta * m[1]), -(m[4] - delta * m[3]), b * m[1] + c * m[3]];
         // The heatsink is read as junction − r_js·P_j, so across a power step the uncertainty of
         // r_js adds to the measured slope's noise: such a window counts for less until r_js is known.
         let step_w = change(&|s| s.power_j_w);
@@ -278,7 +303,7 @@ impl ThermalModel {
         let p = &mut self.params;
         let px: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| p.sink_cov[i][j] * x[j]).sum()).collect();
         let denom = FORGETTING * noise + (0..PARAMS).map(|i| x[i] * px[i]).sum::<f64>();
-        let err = y - (0..PARAMS).map(|i| p.sink[i] * x[i]).sum::<f64>();
+        let err = y - predicted;
         let mut next = p.sink;
         for i in 0..PARAMS {
             next[i] += px[i] / denom * err;
@@ -299,6 +324,7 @@ impl ThermalModel {
                 cov.iter_mut().for_each(|row| row[i] *= scale);
             }
         }
+        lift_fan_to_still_air(&mut next, &cov);
         let mut candidate = ModelParams { sink: next, sink_cov: cov, ..p.clone() };
         candidate.project();
         if candidate.is_sane() {
@@ -318,7 +344,7 @@ impl ThermalModel {
     pub fn no_slower_than_prior(&self) -> ThermalModel {
         let mut fast = self.clone();
         let scale = (ModelParams::prior().sink[0] / self.params.sink[0]).max(1.0);
-        fast.params.sink.iter_mut().for_each(|v| *v *= scale);
+        fast.params.sink[..3].iter_mut().for_each(|v| *v *= scale);
         fast
     }
 
@@ -348,7 +374,7 @@ impl ThermalModel {
         duty: impl Fn(usize) -> f64,
         mut visit: impl FnMut(usize, f64),
     ) {
-        let [a, b, c, e, g] = self.params.sink;
+        let [a, b, c, delta] = self.params.sink;
         let r_js = self.params.r_js_k_per_w;
         let alpha = self.junction_filter();
         let mut pj = power_j_w;
@@ -356,7 +382,7 @@ impl ThermalModel {
         for (k, &p) in power.iter().enumerate() {
             let d = duty(k);
             let (f, s) = (airflow(d), if d < STOPPED_DUTY_PCT { 1.0 } else { 0.0 });
-            ts += self.dt_s * (a * pj - (b * s + c * f) * (ts - AMBIENT_PRIOR_C) + e * s + g * f);
+            ts += self.dt_s * (a * pj - (b * s + c * f) * (ts - AMBIENT_PRIOR_C - delta));
             pj += (p - pj) * alpha;
             visit(k, ts + r_js * pj);
         }
@@ -422,6 +448,27 @@ mod tests {
         assert!(sure > 0.0 && (unsure - sure).abs() < 1e-12 * sure, "{unsure:e} vs {sure:e}");
     }
 
+    /// An update that leaves the running fan cooling less than still air lands on `c = b`, and a
+    /// parameter the covariance ties to `c` moves with it, where clamping `c` would leave it.
+    #[test]
+    fn a_fan_below_still_air_is_projected_along_the_covariance() {
+        let mut cov = [[0.0; PARAMS]; PARAMS];
+        for (i, row) in cov.iter_mut().enumerate() {
+            row[i] = 1.0;
+        }
+        // c and the ambient strongly correlated (they trade at one duty and power).
+        cov[2][3] = -0.9;
+        cov[3][2] = -0.9;
+        let mut sink = [0.003, 0.004, 0.002, 5.0];
+        lift_fan_to_still_air(&mut sink, &cov);
+        assert!((sink[2] - sink[1]).abs() < 1e-12, "c {} b {}", sink[2], sink[1]);
+        assert!(sink[3] < 5.0 - 1e-4, "the ambient moves with c: {}", sink[3]);
+        assert_eq!(sink[0], 0.003, "an uncorrelated parameter stays");
+        let mut inside = [0.003, 0.001, 0.002, 5.0];
+        lift_fan_to_still_air(&mut inside, &cov);
+        assert_eq!(inside, [0.003, 0.001, 0.002, 5.0], "a fit inside its range is left alone");
+    }
+
     /// Drives a true two-node plant with power and fan steps and checks the fit predicts it.
     #[test]
     fn learns_a_plant_it_was_not_given() {
@@ -450,9 +497,12 @@ mod tests {
         }
         assert!((model.params.r_js_k_per_w - rjs).abs() < 0.02, "r_js {}", model.params.r_js_k_per_w);
         // The integral-form fit finds the heatsink capacity and full-airflow resistance.
-        let [a, _, c, _, _] = model.params.sink;
+        let [a, _, c, _] = model.params.sink;
         assert!((1.0 / a - cs).abs() < 0.3 * cs, "capacity {}", 1.0 / a);
         assert!((a / c - rfull).abs() < 0.3 * rfull, "full-airflow resistance {}", a / c);
+        // One ambient for both cooling modes, learned without the fan ever stopping.
+        let ambient = model.params.ambient_c();
+        assert!((ambient - amb).abs() < 3.0, "ambient {ambient}");
         // Predict 120 s of 250 W at 50 % from the current state and compare with the truth.
         let start = tj;
         let mut predicted = 0.0;
