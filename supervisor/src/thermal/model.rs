@@ -157,14 +157,26 @@ impl ModelParams {
 /// parameters correlated with `c` move with it.
 fn lift_fan_to_still_air(sink: &mut [f64; PARAMS], cov: &[[f64; PARAMS]; PARAMS]) {
     let below = sink[2] - sink[1];
+    if below >= 0.0 {
+        return;
+    }
     let normal = [0.0, -1.0, 1.0, 0.0];
-    let along: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| cov[i][j] * normal[j]).sum()).collect();
-    let spread: f64 = (0..PARAMS).map(|i| normal[i] * along[i]).sum();
-    if below < 0.0 && spread > 0.0 {
+    let along = mat_vec(cov, &normal);
+    let spread = dot(&normal, &along);
+    if spread > 0.0 {
         for i in 0..PARAMS {
             sink[i] -= along[i] * below / spread;
         }
     }
+}
+
+/// `m·v` for the heatsink fit's covariance.
+fn mat_vec(m: &[[f64; PARAMS]; PARAMS], v: &[f64; PARAMS]) -> [f64; PARAMS] {
+    m.map(|row| dot(&row, v))
+}
+
+fn dot(u: &[f64; PARAMS], v: &[f64; PARAMS]) -> f64 {
+    (0..PARAMS).map(|i| u[i] * v[i]).sum()
 }
 
 /// Where a device's model lives: `<state_dir>/thermal/<pci address>-<uid>.json`.
@@ -280,29 +292,31 @@ impl ThermalModel {
         let span = (to - from) as f64;
         let y = change(&|s| self.sink_c(s)) / (span * self.dt_s);
         // Window means of P_j, s, s·rise, f, f·rise (rise above the prior's ambient).
-        let mut m = [0.0; 5];
+        let mut means = [0.0; 5];
         for i in from..=to {
             let s = &self.history[i];
             let w = if i == from || i == to { 0.5 } else { 1.0 } / span;
             let rise = self.sink_c(s) - AMBIENT_PRIOR_C;
             let row = [s.power_j_w, s.stopped, rise * s.stopped, s.airflow, rise * s.airflow];
-            for k in 0..5 {
-                m[k] += w * row[k];
+            for (mean, v) in means.iter_mut().zip(row) {
+                *mean += w * v;
             }
         }
+        let [power, stopped, stopped_rise, airflow, airflow_rise] = means;
         // The slope is linear in a, b, c but not in the ambient δ (b·δ, c·δ): linearised at the
         // current estimate (an extended Kalman step), x is the slope's gradient.
         let [a, b, c, delta] = self.params.sink;
-        let predicted = a * m[0] - b * (m[2] - delta * m[1]) - c * (m[4] - delta * m[3]);
-        let x = [m[0], -(m[2] - delta * m[1]), -(m[4] - delta * m[3]), b * m[1] + c * m[3]];
+        let (passive_drive, fan_drive) = (stopped_rise - delta * stopped, airflow_rise - delta * airflow);
+        let predicted = a * power - b * passive_drive - c * fan_drive;
+        let x = [power, -passive_drive, -fan_drive, b * stopped + c * airflow];
         // The heatsink is read as junction − r_js·P_j, so across a power step the uncertainty of
         // r_js adds to the measured slope's noise: such a window counts for less until r_js is known.
         let step_w = change(&|s| s.power_j_w);
         let r_js_slope_sd = step_w.abs() * self.params.r_js_var.sqrt() / (span * self.dt_s);
         let noise = 1.0 + (r_js_slope_sd / SLOPE_NOISE).powi(2);
         let p = &mut self.params;
-        let px: Vec<f64> = (0..PARAMS).map(|i| (0..PARAMS).map(|j| p.sink_cov[i][j] * x[j]).sum()).collect();
-        let denom = FORGETTING * noise + (0..PARAMS).map(|i| x[i] * px[i]).sum::<f64>();
+        let px = mat_vec(&p.sink_cov, &x);
+        let denom = FORGETTING * noise + dot(&x, &px);
         let err = y - predicted;
         let mut next = p.sink;
         for i in 0..PARAMS {
