@@ -47,19 +47,18 @@ fn short_trace(dir: &Path) -> PathBuf {
     path
 }
 
-fn bench_json(plant: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
-    let plant = repo().join("thermal/plants").join(plant);
-    let mut args = vec![
-        "thermal",
-        "bench",
-        "--plant",
-        plant.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-        "--json",
-    ];
+/// `lucebox thermal bench` of a plant file on a trace.
+fn bench(plant: &Path, trace: &Path, extra: &[&str]) -> Output {
+    let mut args =
+        vec!["thermal", "bench", "--plant", plant.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
     args.extend_from_slice(extra);
-    serde_json::from_str(&ok(lucebox(&args))).unwrap()
+    lucebox(&args)
+}
+
+/// The `--json` report of a shipped plant on a trace.
+fn bench_json(plant: &str, trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = bench(&repo().join("thermal/plants").join(plant), trace, &[extra, &["--json"]].concat());
+    serde_json::from_str(&ok(out)).unwrap()
 }
 
 #[test]
@@ -136,6 +135,40 @@ fn oracle_under_a_lower_ceiling_holds_it_and_needs_more_duty() {
     );
 }
 
+/// `--state-dir` resumes the predictive controller's learned state as a restarted device does:
+/// the first run starts from the priors (the same run as without it) and saves, the second resumes
+/// and so decides differently; the other controllers learn nothing and run the same. A bad state
+/// file stops the bench with its name and field.
+#[test]
+fn bench_state_dir_resumes_what_the_predictive_controller_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = short_trace(dir.path());
+    let state = dir.path().join("state");
+    let with_state = ["--state-dir", state.to_str().unwrap()];
+    let plain = bench_json("rtx3090-openair.toml", &trace, &[]);
+    assert!(plain.get("predictive_resumed").is_none(), "{plain}");
+    let first = bench_json("rtx3090-openair.toml", &trace, &with_state);
+    assert_eq!(first["predictive_resumed"], false);
+    assert_eq!(first["controllers"], plain["controllers"], "saving must not change the run");
+    let saved = state.join("thermal");
+    let forecast = saved.join("bench-rtx3090-openair-nouid.forecast.json");
+    assert!(saved.join("bench-rtx3090-openair-nouid.json").is_file() && forecast.is_file());
+
+    let second = bench_json("rtx3090-openair.toml", &trace, &with_state);
+    assert_eq!(second["predictive_resumed"], true);
+    for name in ["stock", "target", "oracle"] {
+        assert_eq!(second["controllers"][name], first["controllers"][name], "{name}");
+    }
+    assert_ne!(second["controllers"]["predictive"], first["controllers"]["predictive"]);
+
+    let learned = std::fs::read_to_string(&forecast).unwrap();
+    std::fs::write(&forecast, learned.replace("\"version\": 1", "\"version\": 9")).unwrap();
+    let out = bench(&repo().join("thermal/plants/rtx3090-openair.toml"), &trace, &with_state);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("openair-nouid.forecast.json: version: format 9"), "{stderr}");
+}
+
 #[test]
 fn bad_plant_key_is_named_with_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,14 +176,7 @@ fn bad_plant_key_is_named_with_the_file() {
     let plant = dir.path().join("bad.toml");
     std::fs::write(&plant, text.replace("lag_s", "lag_seconds")).unwrap();
     let trace = short_trace(dir.path());
-    let out = lucebox(&[
-        "thermal",
-        "bench",
-        "--plant",
-        plant.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-    ]);
+    let out = bench(&plant, &trace, &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml") && err.contains("lag_seconds"), "{err}");

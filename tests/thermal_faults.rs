@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::thermal::{start_fan_loop, FanLoop, DEV};
+use common::thermal::{start_fan_loop, start_fan_loop_in, FanLoop, DEV};
 use lucebox::status::StatusModel;
 use lucebox::thermal::ControlConfig;
 use tokio_util::sync::CancellationToken;
@@ -31,8 +31,17 @@ struct Rig {
 impl Rig {
     fn start(name: &str, arch: &str, hwmon: &str) -> Self {
         let config = ControlConfig { period: PERIOD, ..Default::default() };
-        let FanLoop { dir, root, hwmon, state, status, cancel, task } =
-            start_fan_loop(name, arch, hwmon, config);
+        Self::from(start_fan_loop(name, arch, hwmon, config))
+    }
+
+    /// A loop on a fresh copy of the tree that keeps `state` (the box restarted).
+    fn restart(name: &str, arch: &str, hwmon: &str, state: tempfile::TempDir) -> Self {
+        let config = ControlConfig { period: PERIOD, ..Default::default() };
+        Self::from(start_fan_loop_in(name, arch, hwmon, config, state))
+    }
+
+    fn from(fan_loop: FanLoop) -> Self {
+        let FanLoop { dir, root, hwmon, state, status, cancel, task } = fan_loop;
         Self { _dir: dir, root, hwmon, state, status, cancel, task: Some(task) }
     }
 
@@ -100,8 +109,63 @@ async fn pwm_fan_is_driven_then_restored_on_cancel_and_the_model_is_saved() {
     assert_eq!(rig.mode().0, "predictive");
     let rig = rig.stop().await;
     assert_eq!(rig.file("pwm1_enable"), "2");
-    let saved: Vec<_> = std::fs::read_dir(rig.state.path().join("thermal")).unwrap().collect();
-    assert_eq!(saved.len(), 1);
+    let mut saved: Vec<String> = std::fs::read_dir(rig.state.path().join("thermal"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    saved.sort();
+    assert_eq!(saved, ["0000_03_00.0-serial1.forecast.json", "0000_03_00.0-serial1.json"]);
+}
+
+/// A restart resumes the learned model and load forecast; a bad file costs only its own part and
+/// is reported with the file and field, and the next save replaces it.
+#[tokio::test]
+async fn a_restarted_loop_resumes_what_it_learned_and_names_a_bad_file() {
+    let (fixture, arch, hwmon) = ("rx6800-hwmon", "gfx1030", "hwmon2");
+    let rig = Rig::start(fixture, arch, hwmon);
+    rig.until_driven().await;
+    let mut rig = rig.stop().await;
+    let dir = rig.state.path().join("thermal");
+    let model = dir.join("0000_03_00.0-serial1.json");
+    let forecast = dir.join("0000_03_00.0-serial1.forecast.json");
+    let read = |path: &PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let write = |path: &PathBuf, value: &serde_json::Value| std::fs::write(path, value.to_string()).unwrap();
+
+    // Values the priors do not have and that nothing here relearns (no power step, no engine).
+    let (mut learned_model, mut learned_forecast) = (read(&model), read(&forecast));
+    learned_model["r_js_k_per_w"] = serde_json::json!(0.123);
+    learned_forecast["typical_output_tokens"] = serde_json::json!(777.0);
+    write(&model, &learned_model);
+    write(&forecast, &learned_forecast);
+    for life in ["resumes both", "the forecast file lost a field"] {
+        rig = Rig::restart(fixture, arch, hwmon, rig.state);
+        rig.until_driven().await;
+        let events: Vec<String> = rig.status.snapshot().events.iter().map(|e| e.message.clone()).collect();
+        rig = rig.stop().await;
+        assert_eq!(read(&model)["r_js_k_per_w"], 0.123, "{life}: the model was not resumed");
+        if life == "resumes both" {
+            assert!(events.iter().all(|m| !m.contains("serial1")), "{life}: {events:?}");
+            assert_eq!(
+                read(&forecast)["typical_output_tokens"],
+                777.0,
+                "{life}: the forecast was not resumed"
+            );
+            let bad = std::fs::read_to_string(&forecast).unwrap().replace("\"idle_w\"", "\"idle\"");
+            std::fs::write(&forecast, bad).unwrap();
+        } else {
+            let named =
+                |m: &String| m.contains("serial1.forecast.json") && m.contains("missing field `idle_w`");
+            assert!(events.iter().any(named), "{life}: {events:?}");
+            assert!(read(&forecast)["idle_w"].is_number(), "{life}: the bad file was not replaced");
+            assert_ne!(
+                read(&forecast)["typical_output_tokens"],
+                777.0,
+                "{life}: the forecast is the prior's"
+            );
+        }
+    }
 }
 
 #[tokio::test]

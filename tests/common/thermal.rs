@@ -47,16 +47,26 @@ pub struct FanLoop {
 }
 
 /// Copies `tests/fixtures/thermal/<fixture>` and starts the loop on its card (target `arch`, fan
-/// behind `hwmon/<hwmon>`), with no engine load signal.
+/// behind `hwmon/<hwmon>`), with no engine load signal and a new state directory.
 pub fn start_fan_loop(fixture: &str, arch: &str, hwmon: &str, config: ControlConfig) -> FanLoop {
+    start_fan_loop_in(fixture, arch, hwmon, config, tempfile::tempdir().unwrap())
+}
+
+/// [`start_fan_loop`] with the state directory of an earlier loop (a restart).
+pub fn start_fan_loop_in(
+    fixture: &str,
+    arch: &str,
+    hwmon: &str,
+    config: ControlConfig,
+    state: tempfile::TempDir,
+) -> FanLoop {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal").join(fixture);
     assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
     let root = dir.path().join(fixture);
     let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
     let device = amd_hwmon_device(arch, &hwmon_rel);
-    let (state, status, cancel) =
-        (tempfile::tempdir().unwrap(), StatusModel::new(), CancellationToken::new());
+    let (status, cancel) = (StatusModel::new(), CancellationToken::new());
     let (_tx, load) = tokio::sync::watch::channel(None);
     let task = tokio::spawn(control_loop_with(
         config,

@@ -4,10 +4,13 @@
 //! same tokens.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::controller::{Controller, DeviceLimits, Observation, Oracle, Predictive, Stock, Target};
+use super::forecast::PowerForecast;
+use super::learned::LearnedFiles;
 use super::model::ModelParams;
 use super::plant::{PlantSpec, PlantState, PLANT_DT_S};
 use super::sim::{EngineSim, Noise};
@@ -63,6 +66,9 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Record per-period telemetry of this controller's run (the CSV `thermal fit` reads).
     pub telemetry_of: Option<ControllerKind>,
+    /// Where the predictive controller resumes its learned state from and saves it to, as a
+    /// device does across restarts (default: it starts from the priors and keeps nothing).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// One sensor period of a bench run, as a device would log it, plus the bench's own truth.
@@ -122,6 +128,10 @@ pub struct BenchReport {
     /// Whether every controller served the same tokens in the same time.
     pub same_service: bool,
     pub controllers: BTreeMap<&'static str, ControllerResult>,
+    /// With a state directory: whether the predictive controller resumed a learned state from it
+    /// (false: it started from the priors); it saved what it learned there after the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictive_resumed: Option<bool>,
     #[serde(skip)]
     pub telemetry: Vec<TelemetryRow>,
 }
@@ -147,22 +157,30 @@ pub fn run(spec: &PlantSpec, trace: &[Request], options: &BenchOptions) -> Resul
         Ceiling::PlantLimit => spec.limits.junction_limit_c,
         Ceiling::Fixed(c) => c,
         Ceiling::StockPeak => {
-            let stock = simulate(
-                spec,
-                trace,
-                ControllerKind::Stock,
-                spec.limits.junction_limit_c,
-                steps,
-                options.seed,
-                None,
-            );
+            let limit_c = spec.limits.junction_limit_c;
+            let (stock, _) =
+                simulate(spec, trace, ControllerKind::Stock, None, limit_c, steps, options.seed, None);
             // The reported peak is rounded to 0.01 °C; round the ceiling up so stock stays under it.
             stock.peak_junction_c + 0.01
         }
     };
+    let learned = options
+        .state_dir
+        .as_deref()
+        .filter(|_| options.controllers.contains(&ControllerKind::Predictive))
+        .map(|dir| LearnedFiles::for_device(dir, &format!("bench-{}", spec.name), None));
+    let predictive_resumed = learned.as_ref().map(|f| f.model.exists() || f.forecast.exists());
     for &kind in &options.controllers {
         let log = (options.telemetry_of == Some(kind)).then_some(&mut telemetry);
-        results.insert(kind.name(), simulate(spec, trace, kind, limit_c, steps, options.seed, log));
+        let start = match (kind, &learned) {
+            (ControllerKind::Predictive, Some(files)) => Some(resume(files)?),
+            _ => None,
+        };
+        let (result, driver) = simulate(spec, trace, kind, start, limit_c, steps, options.seed, log);
+        if let (Some(files), Some((params, forecast))) = (&learned, driver.learned()) {
+            files.save(params, forecast)?;
+        }
+        results.insert(kind.name(), result);
     }
     let tokens: Vec<u64> = results.values().map(|r| r.tokens_served).collect();
     let same_service = tokens.windows(2).all(|w| w[0] == w[1]);
@@ -188,13 +206,33 @@ pub fn run(spec: &PlantSpec, trace: &[Request], options: &BenchOptions) -> Resul
         requests: trace.len(),
         same_service,
         controllers,
+        predictive_resumed,
         telemetry,
     })
+}
+
+/// The learned state a bench run resumes; unlike a device, which relearns a bad part from the
+/// prior, the bench refuses it (a benchmark must start where it says).
+fn resume(files: &LearnedFiles) -> Result<(ModelParams, PowerForecast), ThermalError> {
+    let resumed = files.load();
+    match resumed.errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok((resumed.params, resumed.forecast)),
+    }
 }
 
 enum Driver {
     Observing(Box<dyn Controller>),
     Oracle(Box<Oracle>),
+}
+
+impl Driver {
+    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
+        match self {
+            Driver::Observing(controller) => controller.learned(),
+            Driver::Oracle(_) => None,
+        }
+    }
 }
 
 /// Board power of every plant step of the run (what the oracle knows in advance).
@@ -203,15 +241,19 @@ fn power_timeline(spec: &PlantSpec, trace: &[Request], steps: usize) -> Vec<f64>
     (0..steps).map(|_| engine.step(spec)).collect()
 }
 
+/// One controller's run; `start` is the predictive controller's learned state to resume (default:
+/// the priors). Returns the figures and the controller as it ended.
+#[allow(clippy::too_many_arguments)]
 fn simulate(
     spec: &PlantSpec,
     trace: &[Request],
     kind: ControllerKind,
+    start: Option<(ModelParams, PowerForecast)>,
     limit_c: f64,
     steps: usize,
     seed: u64,
     mut telemetry: Option<&mut Vec<TelemetryRow>>,
-) -> ControllerResult {
+) -> (ControllerResult, Driver) {
     let limits = DeviceLimits {
         junction_limit_c: limit_c,
         min_duty_pct: spec.fan.min_duty_pct,
@@ -223,7 +265,8 @@ fn simulate(
         ControllerKind::Stock => Driver::Observing(Box::new(Stock::new(spec.stock.curve.clone()))),
         ControllerKind::Target => Driver::Observing(Box::new(Target::new(limits))),
         ControllerKind::Predictive => {
-            Driver::Observing(Box::new(Predictive::new(limits, ModelParams::prior(), period_s)))
+            let (params, forecast) = start.unwrap_or_else(|| (ModelParams::prior(), PowerForecast::new()));
+            Driver::Observing(Box::new(Predictive::new(limits, params, period_s).with_forecast(forecast)))
         }
         ControllerKind::Oracle => {
             Driver::Oracle(Box::new(Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps))))
@@ -283,7 +326,7 @@ fn simulate(
         state.step(spec, power, command);
         metrics.record(spec, &state);
     }
-    metrics.finish(engine.tokens_served())
+    (metrics.finish(engine.tokens_served()), driver)
 }
 
 struct Metrics {
@@ -382,6 +425,10 @@ pub fn render(report: &BenchReport) -> String {
         report.seed,
         if report.same_service { "yes" } else { "NO" }
     );
+    if let Some(resumed) = report.predictive_resumed {
+        let from = if resumed { "resumed its learned state" } else { "started from the priors" };
+        let _ = writeln!(out, "predictive {from}; what it learned is saved for the next run");
+    }
     let _ = writeln!(
         out,
         "{:<11} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7} {:>7} {:>6}",

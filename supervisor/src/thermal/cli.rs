@@ -41,7 +41,7 @@ pub struct ResetArgs {
 pub struct ControlArgs {
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// Where the learned model is kept.
+    /// Where the loop keeps what it learns (thermal model and load forecast) across restarts.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/lucebox")]
     state_dir: PathBuf,
     /// PCI address of the device.
@@ -132,6 +132,10 @@ pub struct BenchArgs {
     /// Which controller's run `--telemetry` records.
     #[arg(long, value_enum, value_name = "CONTROLLER")]
     telemetry_of: Option<ControllerArg>,
+    /// The predictive controller resumes what it learned from DIR and saves it there after the
+    /// run, as a device does across restarts (default: it starts from the priors).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 pub fn run(cmd: ThermalCommand) -> anyhow::Result<ExitCode> {
@@ -183,6 +187,7 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<ExitCode> {
         duration_s: args.duration,
         seed: args.seed,
         telemetry_of,
+        state_dir: args.state_dir,
     };
     let report = bench::run(&spec, &requests, &options)?;
     if let Some(path) = &args.telemetry {
@@ -208,7 +213,7 @@ fn fit_command(args: FitArgs) -> anyhow::Result<ExitCode> {
     let rows = super::fit::read_log(&args.log)?;
     let report = super::fit::fit(&rows, super::model::ModelParams::prior());
     if let Some(path) = &args.save {
-        report.params.save(path)?;
+        super::learned::write(path, &report.params)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("encoding fit")?);

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::actuator::{self, FanActuator};
 use super::controller::{Controller, DeviceLimits, Observation, Predictive};
-use super::model::{model_path, ModelParams};
+use super::learned::LearnedFiles;
 use super::safety::{SafetyLayer, Verdict};
 use super::sensors::{HwmonSensors, NvmlSensors, SensorSource};
 use crate::hardware::{Device, SysRoot, Vendor};
@@ -30,7 +30,7 @@ pub struct ControlConfig {
     pub rewrite_below_pct: f64,
     /// ... unless this long has passed (other overdrive commits may have reverted it).
     pub refresh: Duration,
-    /// How often the learned model is saved.
+    /// How often the learned model and load forecast are saved.
     pub save_every: Duration,
     /// Operator fan-mode overrides (the web API's fan-mode action), read every tick.
     pub overrides: FanOverrides,
@@ -121,7 +121,7 @@ struct DeviceLoop {
     safety: SafetyLayer,
     controller: Predictive,
     limit_c: f64,
-    model_file: PathBuf,
+    learned: LearnedFiles,
     mode: Option<Mode>,
     last_duty: Option<(f64, Instant)>,
     /// CPU time spent in this device's ticks.
@@ -136,7 +136,13 @@ fn thread_cpu_time() -> Duration {
 }
 
 impl DeviceLoop {
-    fn open(device: &Device, root: &SysRoot, state_dir: &Path, config: &ControlConfig) -> Option<Self> {
+    fn open(
+        device: &Device,
+        root: &SysRoot,
+        state_dir: &Path,
+        config: &ControlConfig,
+        status: &StatusModel,
+    ) -> Option<Self> {
         let actuator =
             actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref())?;
         let sensors: Box<dyn SensorSource> = match device.vendor {
@@ -150,17 +156,24 @@ impl DeviceLoop {
             min_duty_pct: range.min_duty_pct,
             zero_rpm: range.zero_rpm,
         };
-        let model_file = model_path(state_dir, &device.id, device.uid.as_deref());
-        let params = ModelParams::load_or_prior(&model_file);
+        let learned = LearnedFiles::for_device(state_dir, &device.id, device.uid.as_deref());
+        let resumed = learned.load();
+        for e in &resumed.errors {
+            status.event(
+                "thermal",
+                Level::Warn,
+                format!("{}: {e}; relearning that part from the prior", device.id),
+            );
+        }
         let period_s = config.period.as_secs_f64();
         Some(Self {
             id: device.id.clone(),
             actuator,
             sensors,
             safety: SafetyLayer::new(limit_c),
-            controller: Predictive::new(limits, params, period_s),
+            controller: Predictive::new(limits, resumed.params, period_s).with_forecast(resumed.forecast),
             limit_c,
-            model_file,
+            learned,
             mode: None,
             last_duty: None,
             cpu: Duration::ZERO,
@@ -270,9 +283,10 @@ impl DeviceLoop {
         }
     }
 
-    fn save_model(&self) {
-        if let Err(e) = self.controller.params().save(&self.model_file) {
-            tracing::warn!("thermal model of {}: {e}", self.id);
+    fn save_learned(&self) {
+        let Some((params, forecast)) = self.controller.learned() else { return };
+        if let Err(e) = self.learned.save(params, forecast) {
+            tracing::warn!("learned thermal state of {}: {e}", self.id);
         }
     }
 }
@@ -329,7 +343,7 @@ pub async fn control_loop_with(
     cancel: CancellationToken,
 ) {
     let mut loops: Vec<DeviceLoop> =
-        devices.iter().filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config)).collect();
+        devices.iter().filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, &status)).collect();
     if loops.is_empty() {
         status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
         return;
@@ -354,11 +368,11 @@ pub async fn control_loop_with(
             }
         });
         if last_save.elapsed() >= config.save_every {
-            loops.iter().for_each(DeviceLoop::save_model);
+            loops.iter().for_each(DeviceLoop::save_learned);
             last_save = Instant::now();
         }
     }
-    loops.iter().for_each(DeviceLoop::save_model);
+    loops.iter().for_each(DeviceLoop::save_learned);
     status.update(|s| {
         for l in &loops {
             if let Some(t) = s.thermal.get_mut(&l.id) {

@@ -3,6 +3,7 @@
 //! device and the engine show. Also the size of a prompt that may arrive unannounced.
 
 use lucebox_engine::LoadSignal;
+use serde::{Deserialize, Serialize};
 
 /// Learning rate of the per-phase power and rate averages.
 const ALPHA: f64 = 0.2;
@@ -25,6 +26,10 @@ const MIN_GAPS: u32 = 3;
 /// (at least 1 s): a pause between sessions says little about how soon a prompt may follow an
 /// answer.
 const GAP_RELAX_CAP: f64 = 3.0;
+/// Prior decode power for one stream and the extra per stream, until measured.
+const DECODE_PRIOR_W: (f64, f64) = (180.0, 10.0);
+/// Format of the saved forecast (see [`PowerForecast::check`]).
+const FORMAT_VERSION: u32 = 1;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,25 +49,28 @@ pub fn phase(load: &LoadSignal) -> Phase {
     }
 }
 
-#[derive(Debug, Clone)]
+/// What the forecast has learned is saved per device with the thermal model (see
+/// `thermal::learned`), so a restarted box resumes it; only the live view of the engine is not.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PowerForecast {
+    version: u32,
     idle_w: f64,
     prefill_w: f64,
     decode_w: [Option<f64>; MAX_STREAMS_TRACKED],
-    /// Prior decode power for one stream and the extra per stream, until measured.
-    decode_prior_w: (f64, f64),
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     large_prompt_tokens: f64,
     typical_prompt_tokens: f64,
     typical_output_tokens: f64,
+    #[serde(skip)]
     last: Option<LoadSignal>,
     /// Requests seen arriving.
     arrivals: u32,
     /// Share of arrivals (moving average) that found the engine busy.
     busy_share: f64,
-    /// Seconds the engine has been idle now.
-    idle_s: f64,
+    /// Seconds the engine has been idle now; not known after a restart until it first works.
+    #[serde(skip)]
+    idle_s: Option<f64>,
     /// A slowly relaxing minimum of the idle time before an arrival.
     gap_floor_s: Option<f64>,
     /// Arrivals that found the engine idle.
@@ -80,10 +88,10 @@ impl PowerForecast {
     /// few samples of that phase.
     pub fn new() -> Self {
         Self {
+            version: FORMAT_VERSION,
             idle_w: 30.0,
             prefill_w: 300.0,
             decode_w: [None; MAX_STREAMS_TRACKED],
-            decode_prior_w: (180.0, 10.0),
             prefill_tokens_per_s: 1000.0,
             decode_tokens_per_s: 30.0,
             large_prompt_tokens: 4000.0,
@@ -92,7 +100,7 @@ impl PowerForecast {
             last: None,
             arrivals: 0,
             busy_share: 1.0,
-            idle_s: 0.0,
+            idle_s: Some(0.0),
             gap_floor_s: None,
             gaps: 0,
         }
@@ -108,13 +116,13 @@ impl PowerForecast {
             return w;
         }
         // Extrapolate from the nearest measured stream count with the prior slope.
-        let slope = self.decode_prior_w.1;
+        let slope = DECODE_PRIOR_W.1;
         let nearest = (0..MAX_STREAMS_TRACKED)
             .filter_map(|i| self.decode_w[i].map(|w| (i + 1, w)))
             .min_by_key(|(m, _)| m.abs_diff(n));
         match nearest {
             Some((m, w)) => (w + slope * (n as f64 - m as f64)).max(self.idle_w),
-            None => self.decode_prior_w.0 + slope * (n as f64 - 1.0),
+            None => DECODE_PRIOR_W.0 + slope * (n as f64 - 1.0),
         }
     }
 
@@ -198,9 +206,8 @@ impl PowerForecast {
                 self.busy_share += BUSY_ALPHA * (busy - self.busy_share);
             }
             self.arrivals = self.arrivals.saturating_add(arrived);
-            if was_idle {
-                // The arrival came some time within the last period: count the idle time only.
-                let gap = self.idle_s;
+            // The arrival came some time within the last period: count the idle time only.
+            if let Some(gap) = self.idle_s.filter(|_| was_idle) {
                 self.gaps = self.gaps.saturating_add(1);
                 self.gap_floor_s = Some(match self.gap_floor_s {
                     Some(floor) if gap >= floor => {
@@ -210,7 +217,7 @@ impl PowerForecast {
                 });
             }
         }
-        self.idle_s = if now.is_idle() { self.idle_s + dt_s } else { 0.0 };
+        self.idle_s = if now.is_idle() { self.idle_s.map(|s| s + dt_s) } else { Some(0.0) };
     }
 
     /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too
@@ -228,9 +235,44 @@ impl PowerForecast {
         self.gap_floor_s.map_or(0.0, |g| GAP_TRUST * g)
     }
 
-    /// Seconds the engine has been idle now.
+    /// Seconds the engine has been idle now: unbounded after a restart until it first works
+    /// (how long it sat idle before is not known, so a prompt may come at once).
     pub fn idle_s(&self) -> f64 {
-        self.idle_s
+        self.idle_s.unwrap_or(f64::INFINITY)
+    }
+
+    /// The first learned value that is not plausible, as (field, why): a saved forecast must pass
+    /// this before it is resumed.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.version != FORMAT_VERSION {
+            return Err(("version", format!("format {}, this build reads {FORMAT_VERSION}", self.version)));
+        }
+        let watts = [("idle_w", self.idle_w), ("prefill_w", self.prefill_w)]
+            .into_iter()
+            .chain(self.decode_w.iter().flatten().map(|&w| ("decode_w", w)));
+        let tokens = [
+            ("large_prompt_tokens", self.large_prompt_tokens),
+            ("typical_prompt_tokens", self.typical_prompt_tokens),
+            ("typical_output_tokens", self.typical_output_tokens),
+        ];
+        let gap = self.gap_floor_s.map(|g| ("gap_floor_s", g));
+        for (field, v) in watts.chain(tokens).chain(gap) {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err((field, format!("{v} is not a finite, non-negative number")));
+            }
+        }
+        for (field, v) in [
+            ("prefill_tokens_per_s", self.prefill_tokens_per_s),
+            ("decode_tokens_per_s", self.decode_tokens_per_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err((field, format!("{v} is not a positive rate")));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.busy_share) {
+            return Err(("busy_share", format!("{} is not a share between 0 and 1", self.busy_share)));
+        }
+        Ok(())
     }
 
     pub fn idle_w(&self) -> f64 {
@@ -358,6 +400,33 @@ mod tests {
         f.observe(&signal(vec![slot(100, 500, 500, 30), slot(101, 800, 0, 40)]), 300.0, 1.0);
         assert!(f.arrives_while_busy());
         assert!(f.quiet_after_idle_s() > 0.0, "the idle gap still holds after the engine drains");
+    }
+
+    /// A resumed forecast keeps the learned pattern, but how long the engine sat idle before the
+    /// restart is not known: a prompt may come at once, and that first wait is not learned as a gap.
+    #[test]
+    fn a_resumed_forecast_keeps_the_pattern_but_not_the_idle_time() {
+        let mut f = PowerForecast::new();
+        let idle = LoadSignal::default();
+        for id in 1..=6 {
+            for k in 0..5u64 {
+                f.observe(&signal(vec![slot(id, 500, 500, 50 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..6 {
+                f.observe(&idle, 30.0, 1.0);
+            }
+        }
+        assert_eq!(f.idle_s(), 6.0);
+        let mut resumed: PowerForecast = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(resumed.check(), Ok(()));
+        assert_eq!(resumed.quiet_after_idle_s(), f.quiet_after_idle_s());
+        assert_eq!(resumed.decode_w(1), f.decode_w(1));
+        assert_eq!(resumed.idle_s(), f64::INFINITY);
+        let (gaps, floor) = (resumed.gaps, resumed.gap_floor_s);
+        resumed.observe(&idle, 30.0, 1.0);
+        resumed.observe(&signal(vec![slot(7, 500, 500, 50)]), 150.0, 1.0);
+        assert_eq!((resumed.gaps, resumed.gap_floor_s), (gaps, floor), "an unknown wait was learned");
+        assert_eq!(resumed.idle_s(), 0.0);
     }
 
     /// A pause between sessions barely moves the shortest idle gap: the next answer in a session

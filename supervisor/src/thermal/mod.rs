@@ -9,6 +9,7 @@ pub mod controller;
 mod daemon;
 pub mod fit;
 pub mod forecast;
+pub mod learned;
 pub mod model;
 pub mod plant;
 pub mod reset;

@@ -12,11 +12,8 @@
 //! transients as well as settled stretches.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-
-use super::ThermalError;
 
 /// Generic junction time constant (GPU dies: ~2–4 s).
 pub const JUNCTION_TAU_S: f64 = 3.0;
@@ -93,15 +90,23 @@ impl ModelParams {
         }
     }
 
-    fn is_sane(&self) -> bool {
+    /// The first implausible value, as (field, why): a saved model must pass this before it is
+    /// resumed.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
         let [a, b, c, _] = self.sink;
-        self.version == FORMAT_VERSION
-            && self.r_js_k_per_w.is_finite()
-            && self.sink.iter().all(|v| v.is_finite())
-            && self.sink_cov.iter().flatten().all(|v| v.is_finite())
-            && a > 0.0
-            && b >= 0.0
-            && c >= 0.0
+        if self.version != FORMAT_VERSION {
+            return Err(("version", format!("format {}, this build reads {FORMAT_VERSION}", self.version)));
+        }
+        if !(self.r_js_k_per_w.is_finite() && self.r_js_var.is_finite()) {
+            return Err(("r_js_k_per_w", "not a finite number".into()));
+        }
+        if !(self.sink.iter().all(|v| v.is_finite()) && a > 0.0 && b >= 0.0 && c >= 0.0) {
+            return Err(("sink", format!("{:?} is not a physical heatsink", self.sink)));
+        }
+        if !self.sink_cov.iter().flatten().all(|v| v.is_finite()) {
+            return Err(("sink_cov", "not all finite".into()));
+        }
+        Ok(())
     }
 
     /// Keeps the heatsink parameters physical: capacity between 50 J/K and 5 kJ/K, heatsink time
@@ -128,25 +133,6 @@ impl ModelParams {
             || on(c, b)
             || on(c, MAX_RATE_PER_S)
             || on(ambient.abs(), MAX_AMBIENT_ERROR_C)
-    }
-
-    /// Loads a saved model; a missing, unreadable or corrupt file yields the prior.
-    pub fn load_or_prior(path: &Path) -> Self {
-        std::fs::read(path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<ModelParams>(&bytes).ok())
-            .filter(ModelParams::is_sane)
-            .unwrap_or_else(Self::prior)
-    }
-
-    pub fn save(&self, path: &Path) -> Result<(), ThermalError> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ThermalError::Invalid {
-            path: path.to_path_buf(),
-            field: "model".into(),
-            why: e.to_string(),
-        })?;
-        crate::fsutil::write_atomic(path, &json)
-            .map_err(|e| ThermalError::Io { path: path.to_path_buf(), source: e })
     }
 }
 
@@ -177,16 +163,6 @@ fn mat_vec(m: &[[f64; PARAMS]; PARAMS], v: &[f64; PARAMS]) -> [f64; PARAMS] {
 
 fn dot(u: &[f64; PARAMS], v: &[f64; PARAMS]) -> f64 {
     (0..PARAMS).map(|i| u[i] * v[i]).sum()
-}
-
-/// Where a device's model lives: `<state_dir>/thermal/<pci address>-<uid>.json`.
-pub fn model_path(state_dir: &Path, device_id: &str, uid: Option<&str>) -> PathBuf {
-    let key = format!("{device_id}-{}", uid.unwrap_or("nouid"));
-    let safe: String = key
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
-        .collect();
-    state_dir.join("thermal").join(format!("{safe}.json"))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -341,7 +317,7 @@ impl ThermalModel {
         lift_fan_to_still_air(&mut next, &cov);
         let mut candidate = ModelParams { sink: next, sink_cov: cov, ..p.clone() };
         candidate.project();
-        if candidate.is_sane() {
+        if candidate.check().is_ok() {
             p.sink = candidate.sink;
             p.sink_cov = cov;
             p.updates += 1;
@@ -406,22 +382,6 @@ impl ThermalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn corrupt_or_missing_state_falls_back_to_the_prior_and_saves_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = model_path(dir.path(), "0000:03:00.0", Some("abc/def"));
-        assert!(path.file_name().unwrap().to_str().unwrap().starts_with("0000_03_00.0-abc_def"));
-        assert_eq!(ModelParams::load_or_prior(&path), ModelParams::prior());
-        let mut p = ModelParams::prior();
-        p.r_js_k_per_w = 0.11;
-        p.save(&path).unwrap();
-        let loaded = ModelParams::load_or_prior(&path);
-        assert_eq!(loaded.r_js_k_per_w, p.r_js_k_per_w);
-        assert!(loaded.sink.iter().zip(&p.sink).all(|(a, b)| (a - b).abs() < 1e-12));
-        std::fs::write(&path, b"{not json").unwrap();
-        assert_eq!(ModelParams::load_or_prior(&path), ModelParams::prior());
-    }
 
     /// One heatsink update over a window whose readings put the heatsink at a constant 50 °C
     /// (under the model's own r_js), the power at `from_w` for the first half and `to_w` after;

@@ -8,6 +8,9 @@ mod target;
 
 use lucebox_engine::LoadSignal;
 
+use super::forecast::PowerForecast;
+use super::model::ModelParams;
+
 pub use oracle::Oracle;
 pub use predictive::Predictive;
 pub use stock::Stock;
@@ -60,6 +63,10 @@ pub trait Controller {
     }
     /// Highest junction temperature expected over the controller's horizon, if it predicts.
     fn predicted_peak_c(&self) -> Option<f64> {
+        None
+    }
+    /// What the controller has learned, to keep across restarts, if it learns.
+    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
         None
     }
 }

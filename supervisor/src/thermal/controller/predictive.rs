@@ -121,9 +121,10 @@ impl Predictive {
         }
     }
 
-    /// The learned parameters, to persist.
-    pub fn params(&self) -> &ModelParams {
-        &self.model.params
+    /// Starts from a load forecast learned before (a restart resumes it).
+    pub fn with_forecast(mut self, forecast: PowerForecast) -> Self {
+        self.forecast = forecast;
+        self
     }
 
     /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under `budget_c`.
@@ -445,6 +446,10 @@ impl Controller for Predictive {
 
     fn predicted_peak_c(&self) -> Option<f64> {
         self.predicted_peak_c
+    }
+
+    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
+        Some((&self.model.params, &self.forecast))
     }
 }
 
