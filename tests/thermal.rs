@@ -100,7 +100,7 @@ fn bench_reports_every_field_serves_the_same_tokens_and_is_seeded() {
 fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let trace = short_trace(dir.path());
-    let report = bench_json("rtx3090-openair.toml", &trace, &["--ceiling", "stock-peak"]);
+    let report = bench_json("r9700-blower.toml", &trace, &["--ceiling", "stock-peak"]);
     let stock = &report["controllers"]["stock"];
     let (limit, peak) = (report["limit_c"].as_f64().unwrap(), stock["peak_junction_c"].as_f64().unwrap());
     assert!((limit - peak - 0.01).abs() < 1e-9, "{limit} vs {peak}");
@@ -145,28 +145,41 @@ fn bench_state_dir_resumes_what_the_predictive_controller_learned() {
     let trace = short_trace(dir.path());
     let state = dir.path().join("state");
     let with_state = ["--state-dir", state.to_str().unwrap()];
-    let plain = bench_json("rtx3090-openair.toml", &trace, &[]);
+    let plain = bench_json("r9700-blower.toml", &trace, &[]);
     assert!(plain.get("predictive_resumed").is_none(), "{plain}");
-    let first = bench_json("rtx3090-openair.toml", &trace, &with_state);
+    let first = bench_json("r9700-blower.toml", &trace, &with_state);
     assert_eq!(first["predictive_resumed"], false);
     assert_eq!(first["controllers"], plain["controllers"], "saving must not change the run");
     let saved = state.join("thermal");
-    let forecast = saved.join("bench-rtx3090-openair-nouid.forecast.json");
-    assert!(saved.join("bench-rtx3090-openair-nouid.json").is_file() && forecast.is_file());
+    let forecast = saved.join("bench-r9700-blower-nouid.forecast.json");
+    assert!(saved.join("bench-r9700-blower-nouid.json").is_file() && forecast.is_file());
 
-    let second = bench_json("rtx3090-openair.toml", &trace, &with_state);
+    let second = bench_json("r9700-blower.toml", &trace, &with_state);
     assert_eq!(second["predictive_resumed"], true);
     for name in ["stock", "target", "oracle"] {
         assert_eq!(second["controllers"][name], first["controllers"][name], "{name}");
     }
     assert_ne!(second["controllers"]["predictive"], first["controllers"]["predictive"]);
 
-    let learned = std::fs::read_to_string(&forecast).unwrap();
+    // The forecast is resumed too: the same state but for a far hotter remembered prefill keeps
+    // more room for a prompt.
+    let model = saved.join("bench-r9700-blower-nouid.json");
+    let (learned_model, learned) =
+        (std::fs::read(&model).unwrap(), std::fs::read_to_string(&forecast).unwrap());
+    let resumed = bench_json("r9700-blower.toml", &trace, &with_state);
+    let mut huge: serde_json::Value = serde_json::from_str(&learned).unwrap();
+    huge["prefill_w"] = serde_json::json!(1500.0);
+    std::fs::write(&forecast, huge.to_string()).unwrap();
+    std::fs::write(&model, learned_model).unwrap();
+    let wary = bench_json("r9700-blower.toml", &trace, &with_state);
+    let mean = |r: &serde_json::Value| r["controllers"]["predictive"]["mean_duty_pct"].as_f64().unwrap();
+    assert!(mean(&wary) > mean(&resumed), "{} vs {}", mean(&wary), mean(&resumed));
+
     std::fs::write(&forecast, learned.replace("\"version\": 1", "\"version\": 9")).unwrap();
-    let out = bench(&repo().join("thermal/plants/rtx3090-openair.toml"), &trace, &with_state);
+    let out = bench(&repo().join("thermal/plants/r9700-blower.toml"), &trace, &with_state);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("openair-nouid.forecast.json: version: format 9"), "{stderr}");
+    assert!(stderr.contains("blower-nouid.forecast.json: version: format 9"), "{stderr}");
 }
 
 #[test]
@@ -187,7 +200,7 @@ fn fit_recovers_the_junction_resistance_from_bench_telemetry() {
     let dir = tempfile::tempdir().unwrap();
     let trace = short_trace(dir.path());
     let log = dir.path().join("telemetry.csv");
-    let plant = repo().join("thermal/plants/rtx3090-openair.toml");
+    let plant = repo().join("thermal/plants/r9700-blower.toml");
     ok(lucebox(&[
         "thermal",
         "bench",
