@@ -100,7 +100,7 @@ fn bench_reports_every_field_serves_the_same_tokens_and_is_seeded() {
 fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let trace = short_trace(dir.path());
-    let report = bench_json("r9700-blower.toml", &trace, &["--ceiling", "stock-peak"]);
+    let report = bench_json("rtx3090-openair.toml", &trace, &["--ceiling", "stock-peak"]);
     let stock = &report["controllers"]["stock"];
     let (limit, peak) = (report["limit_c"].as_f64().unwrap(), stock["peak_junction_c"].as_f64().unwrap());
     assert!((limit - peak - 0.01).abs() < 1e-9, "{limit} vs {peak}");
@@ -200,21 +200,12 @@ fn fit_recovers_the_junction_resistance_from_bench_telemetry() {
     let dir = tempfile::tempdir().unwrap();
     let trace = short_trace(dir.path());
     let log = dir.path().join("telemetry.csv");
-    let plant = repo().join("thermal/plants/r9700-blower.toml");
-    ok(lucebox(&[
-        "thermal",
-        "bench",
-        "--plant",
-        plant.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-        "--controller",
-        "stock",
-        "--telemetry",
-        log.to_str().unwrap(),
-        "--telemetry-of",
-        "stock",
-    ]));
+    let plant = repo().join("thermal/plants/rtx3090-openair.toml");
+    ok(bench(
+        &plant,
+        &trace,
+        &["--controller", "stock", "--telemetry", log.to_str().unwrap(), "--telemetry-of", "stock"],
+    ));
     let saved = dir.path().join("model.json");
     let fit: serde_json::Value = serde_json::from_str(&ok(lucebox(&[
         "thermal",
