@@ -40,6 +40,10 @@ impl Rig {
         Self::from(start_fan_loop_in(name, arch, hwmon, config, state))
     }
 
+    fn events(&self) -> Vec<String> {
+        self.status.snapshot().events.iter().map(|e| e.message.clone()).collect()
+    }
+
     fn from(fan_loop: FanLoop) -> Self {
         let FanLoop { dir, root, hwmon, state, status, cancel, task } = fan_loop;
         Self { _dir: dir, root, hwmon, state, status, cancel, task: Some(task) }
@@ -142,7 +146,7 @@ async fn a_restarted_loop_resumes_what_it_learned_and_names_a_bad_file() {
     for life in ["resumes both", "the forecast file lost a field"] {
         rig = Rig::restart(fixture, arch, hwmon, rig.state);
         rig.until_driven().await;
-        let events: Vec<String> = rig.status.snapshot().events.iter().map(|e| e.message.clone()).collect();
+        let events = rig.events();
         rig = rig.stop().await;
         assert_eq!(read(&model)["r_js_k_per_w"], 0.123, "{life}: the model was not resumed");
         if life == "resumes both" {
@@ -263,4 +267,48 @@ async fn rdna4_sensor_loss_resets_the_curve() {
     std::fs::remove_file(rig.hwmon.join("temp2_input")).unwrap();
     assert!(eventually(|| rig.curve() == "r", |_| {}).await, "{}", rig.curve());
     rig.stop().await;
+}
+
+/// A device without a learned model starts from its card's entry in the profile set's priors; once
+/// it has learned one, that wins. A bad priors file is named and the generic prior used.
+#[tokio::test]
+async fn a_new_device_starts_from_its_cards_prior_and_a_learned_model_wins() {
+    let (fixture, arch, hwmon) = ("rx6800-hwmon", "gfx1030", "hwmon2");
+    let priors_dir = tempfile::tempdir().unwrap();
+    let priors = priors_dir.path().join("priors.toml");
+    let card = |r_js: f64| {
+        format!(
+            "[[card]]\narch = \"gfx1030\"\nsink_capacity_j_per_k = 700.0\nsink_to_air_stopped_k_per_w = 0.5\n\
+             sink_to_air_full_k_per_w = 0.1\njunction_to_sink_k_per_w = {r_js}\nambient_c = 30.0\n"
+        )
+    };
+    let config = || ControlConfig { period: PERIOD, priors: Some(priors.clone()), ..Default::default() };
+    let learned_r_js = |rig: &Rig| -> serde_json::Value {
+        let model = rig.state.path().join("thermal/0000_03_00.0-serial1.json");
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(model).unwrap()).unwrap()["r_js_k_per_w"]
+            .clone()
+    };
+
+    std::fs::write(&priors, card(0.123)).unwrap();
+    let rig = Rig::from(start_fan_loop(fixture, arch, hwmon, config()));
+    rig.until_driven().await;
+    let from_card = "no learned thermal model yet; starting from the prior for arch = \"gfx1030\"";
+    assert!(rig.events().iter().any(|m| m.contains(from_card)), "{:?}", rig.events());
+    let rig = rig.stop().await;
+    assert_eq!(learned_r_js(&rig), 0.123, "the card's prior was not used");
+
+    std::fs::write(&priors, card(0.2)).unwrap();
+    let rig = Rig::from(start_fan_loop_in(fixture, arch, hwmon, config(), rig.state));
+    rig.until_driven().await;
+    assert!(!rig.events().iter().any(|m| m.contains(from_card)), "{:?}", rig.events());
+    let rig = rig.stop().await;
+    assert_eq!(learned_r_js(&rig), 0.123, "the learned model must win over the card's prior");
+
+    std::fs::write(&priors, card(0.2).replace("ambient_c", "ambient")).unwrap();
+    let rig = Rig::from(start_fan_loop(fixture, arch, hwmon, config()));
+    rig.until_driven().await;
+    let named = |m: &String| m.contains("priors.toml") && m.contains("unknown field `ambient`");
+    assert!(rig.events().iter().any(named), "{:?}", rig.events());
+    let rig = rig.stop().await;
+    assert_eq!(learned_r_js(&rig), 0.08, "a bad priors file leaves the generic prior");
 }

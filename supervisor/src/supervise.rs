@@ -83,13 +83,15 @@ pub async fn run(
         let Some(load) = loads.get(&group.name).cloned() else { continue };
         parts.spawn(publish_load(group.name.clone(), load.clone(), status.clone(), engines_cancel.clone()));
         let (root, state_dir, status, cancel) =
-            (root.clone(), config.state_dir.join("thermal"), status.clone(), engines_cancel.clone());
+            (root.clone(), config.state_dir.clone(), status.clone(), engines_cancel.clone());
         let (nvml_lib, overrides) = (options.nvml_lib.clone(), fans.clone());
+        let priors = config.active_set_dir().join("thermal/priors.toml");
         parts.spawn(async move {
             let control = crate::thermal::ControlConfig {
                 hook: crate::hooks::installed_board_dir(&root),
                 nvml_lib: nvml_lib.clone(),
                 overrides,
+                priors: Some(priors),
                 ..crate::thermal::ControlConfig::default()
             };
             crate::thermal::control_loop_with(control, devices, root, state_dir, load, status, cancel).await;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{sysfs, Board, Device, Driver, Drivers, Host, Memory, Source, SysRoot, Telemetry, Vendor};
+use super::{sysfs, Board, Device, Drivers, Host, Memory, Source, SysRoot, Vendor};
 
 /// CPU features the CPU engine build cares about (llama.cpp's default x86 build needs AVX2).
 const INTERESTING_FLAGS: &[&str] = &["avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_tile"];
@@ -165,19 +165,12 @@ pub fn cpu_device(host: &Host) -> Device {
     }
     let usable = host.memory_mib.saturating_sub(super::UNIFIED_OS_RESERVE_MIB).max(host.memory_mib / 2);
     Device {
-        id: "cpu".to_string(),
-        vendor: Vendor::Cpu,
-        model: host.cpu_model.clone(),
-        pci_id: None,
         arch: (!host.cpu_arch.is_empty()).then(|| host.cpu_arch.clone()),
         integrated: true,
         memory: Memory { dedicated_mib: 0, shared_mib: host.memory_mib, usable_mib: usable, measured: true },
-        driver: Driver::default(),
         sources: vec![Source::Procfs],
-        accessible: true,
         warnings,
-        uid: None,
-        telemetry: Telemetry::default(),
+        ..Device::new("cpu", Vendor::Cpu, &host.cpu_model)
     }
 }
 

@@ -123,6 +123,28 @@ pub struct Device {
     pub telemetry: Telemetry,
 }
 
+impl Device {
+    /// A usable device known by its address, vendor and model only; the rest is filled in by
+    /// whoever knows more (detection, the `thermal control` CLI, tests).
+    pub fn new(id: &str, vendor: Vendor, model: &str) -> Self {
+        Self {
+            id: id.into(),
+            vendor,
+            model: model.into(),
+            pci_id: None,
+            arch: None,
+            integrated: false,
+            memory: Memory::default(),
+            driver: Driver::default(),
+            sources: Vec::new(),
+            accessible: true,
+            warnings: Vec::new(),
+            uid: None,
+            telemetry: Telemetry::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Memory {
     /// On-card memory (VRAM), or the carve-out of an integrated GPU.

@@ -217,7 +217,7 @@ fn resume(files: &LearnedFiles) -> Result<(ModelParams, PowerForecast), ThermalE
     let resumed = files.load();
     match resumed.errors.into_iter().next() {
         Some(e) => Err(e),
-        None => Ok((resumed.params, resumed.forecast)),
+        None => Ok((resumed.params.unwrap_or_else(ModelParams::prior), resumed.forecast)),
     }
 }
 

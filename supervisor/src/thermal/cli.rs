@@ -68,6 +68,10 @@ pub struct ControlArgs {
     /// Control period in milliseconds.
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
+    /// Per-card model priors (a profile set's thermal/priors.toml) for a device without a learned
+    /// model.
+    #[arg(long, value_name = "FILE")]
+    priors: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -267,28 +271,24 @@ fn control_command(args: ControlArgs) -> anyhow::Result<ExitCode> {
         VendorArg::Cpu => Vendor::Cpu,
     };
     let device = Device {
-        id: args.device_id.clone(),
-        vendor,
-        model: String::new(),
-        pci_id: None,
         arch: args.arch.clone(),
         integrated: args.hook.is_some() && vendor != Vendor::Nvidia,
-        memory: Default::default(),
-        driver: Default::default(),
-        sources: Vec::new(),
-        accessible: true,
-        warnings: Vec::new(),
-        uid: None,
         telemetry: Telemetry {
             sysfs_path: args.sysfs.clone(),
             hwmon_path: args.hwmon.clone(),
             ..Default::default()
         },
+        ..Device::new(&args.device_id, vendor, "")
     };
+    if let Some(path) = &args.priors {
+        // Named by hand: a missing or bad file is an error here, not a warning later.
+        super::priors::CardPriors::load(path)?;
+    }
     let config = super::ControlConfig {
         period: std::time::Duration::from_millis(args.period_ms.max(10)),
         hook: args.hook.clone(),
         nvml_lib: args.nvml_lib.clone(),
+        priors: args.priors.clone(),
         ..Default::default()
     };
     let runtime =

@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::actuator::{self, FanActuator};
 use super::controller::{Controller, DeviceLimits, Observation, Predictive};
 use super::learned::LearnedFiles;
+use super::model::ModelParams;
+use super::priors::CardPriors;
 use super::safety::{SafetyLayer, Verdict};
 use super::sensors::{HwmonSensors, NvmlSensors, SensorSource};
 use crate::hardware::{Device, SysRoot, Vendor};
@@ -34,6 +36,9 @@ pub struct ControlConfig {
     pub save_every: Duration,
     /// Operator fan-mode overrides (the web API's fan-mode action), read every tick.
     pub overrides: FanOverrides,
+    /// Per-card starting points of the model (the active profile set's `thermal/priors.toml`), for
+    /// devices that have not learned one yet.
+    pub priors: Option<PathBuf>,
 }
 
 /// A fan mode an operator asks for instead of the learned controller. Both are safe states; the
@@ -78,6 +83,7 @@ impl Default for ControlConfig {
             refresh: Duration::from_secs(30),
             save_every: Duration::from_secs(300),
             overrides: FanOverrides::default(),
+            priors: None,
         }
     }
 }
@@ -141,6 +147,7 @@ impl DeviceLoop {
         root: &SysRoot,
         state_dir: &Path,
         config: &ControlConfig,
+        priors: Option<&CardPriors>,
         status: &StatusModel,
     ) -> Option<Self> {
         let actuator =
@@ -165,13 +172,14 @@ impl DeviceLoop {
                 format!("{}: {e}; relearning that part from the prior", device.id),
             );
         }
+        let params = resumed.params.unwrap_or_else(|| card_prior(device, priors, status));
         let period_s = config.period.as_secs_f64();
         Some(Self {
             id: device.id.clone(),
             actuator,
             sensors,
             safety: SafetyLayer::new(limit_c),
-            controller: Predictive::new(limits, resumed.params, period_s).with_forecast(resumed.forecast),
+            controller: Predictive::new(limits, params, period_s).with_forecast(resumed.forecast),
             limit_c,
             learned,
             mode: None,
@@ -291,6 +299,27 @@ impl DeviceLoop {
     }
 }
 
+/// Where a device has not learned a model yet: its card's entry of the priors file, else the
+/// generic prior.
+fn card_prior(device: &Device, priors: Option<&CardPriors>, status: &StatusModel) -> ModelParams {
+    let Some((priors, card)) = priors.and_then(|p| p.for_device(device).map(|c| (p, c))) else {
+        return ModelParams::prior();
+    };
+    // The file was checked when it was loaded.
+    let params = card.params().unwrap_or_else(|_| ModelParams::prior());
+    status.event(
+        "thermal",
+        Level::Info,
+        format!(
+            "{}: no learned thermal model yet; starting from the prior for {} in {}",
+            device.id,
+            card.describe(),
+            priors.path.display()
+        ),
+    );
+    params
+}
+
 impl Drop for DeviceLoop {
     fn drop(&mut self) {
         if let Err(e) = self.actuator.restore_auto() {
@@ -342,8 +371,15 @@ pub async fn control_loop_with(
     status: StatusModel,
     cancel: CancellationToken,
 ) {
-    let mut loops: Vec<DeviceLoop> =
-        devices.iter().filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, &status)).collect();
+    let priors = config.priors.as_deref().filter(|p| p.exists()).and_then(|path| {
+        CardPriors::load(path)
+            .map_err(|e| status.event("thermal", Level::Warn, format!("{e}; using the generic prior")))
+            .ok()
+    });
+    let mut loops: Vec<DeviceLoop> = devices
+        .iter()
+        .filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, priors.as_ref(), &status))
+        .collect();
     if loops.is_empty() {
         status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
         return;

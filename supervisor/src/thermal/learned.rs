@@ -24,10 +24,11 @@ pub struct LearnedFiles {
     pub forecast: PathBuf,
 }
 
-/// What a restart resumes from, and why any part of it is the prior instead.
+/// What a restart resumes from, and why any part of it is not.
 #[derive(Debug)]
 pub struct Resumed {
-    pub params: ModelParams,
+    /// The learned model; none where it is missing or cannot be used (the caller picks a prior).
+    pub params: Option<ModelParams>,
     pub forecast: PowerForecast,
     pub errors: Vec<ThermalError>,
 }
@@ -43,9 +44,10 @@ impl LearnedFiles {
         Self { model: dir.join(format!("{safe}.json")), forecast: dir.join(format!("{safe}.forecast.json")) }
     }
 
-    /// Loads both parts; each that is missing or cannot be used falls back to its prior on its
-    /// own (a bad forecast file does not cost the model).
+    /// Loads both parts; each that is missing or cannot be used is left to its prior on its own
+    /// (a bad forecast file does not cost the model).
     pub fn load(&self) -> Resumed {
+        adopt_legacy(&self.model);
         fn usable<T>(loaded: Result<Option<T>, ThermalError>, errors: &mut Vec<ThermalError>) -> Option<T> {
             loaded.unwrap_or_else(|e| {
                 errors.push(e);
@@ -53,8 +55,7 @@ impl LearnedFiles {
             })
         }
         let mut errors = Vec::new();
-        let params =
-            usable(read(&self.model, ModelParams::check), &mut errors).unwrap_or_else(ModelParams::prior);
+        let params = usable(read(&self.model, ModelParams::check), &mut errors);
         let forecast = usable(read(&self.forecast, PowerForecast::check), &mut errors)
             .unwrap_or_else(PowerForecast::new);
         Resumed { params, forecast, errors }
@@ -65,6 +66,19 @@ impl LearnedFiles {
         let model = write(&self.model, params);
         let forecast = write(&self.forecast, forecast);
         model.and(forecast)
+    }
+}
+
+/// Earlier builds of `lucebox run` kept the model one folder deeper (`thermal/thermal/`, where
+/// `lucebox thermal control` did not look): move it up once, so an update keeps what the box
+/// learned. A file already in the right place wins.
+fn adopt_legacy(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
+    let legacy = dir.join("thermal").join(name);
+    if !path.exists() && legacy.is_file() {
+        if let Err(e) = std::fs::rename(&legacy, path) {
+            tracing::warn!("could not move {} to {}: {e}", legacy.display(), path.display());
+        }
     }
 }
 
@@ -115,7 +129,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let resumed = LearnedFiles::for_device(dir.path(), "0000:03:00.0", None).load();
         assert!(resumed.errors.is_empty(), "{:?}", resumed.errors);
-        assert_eq!(resumed.params, ModelParams::prior());
+        assert_eq!(resumed.params, None);
         assert_eq!(resumed.forecast.prefill_w(), PowerForecast::new().prefill_w());
     }
 
@@ -133,9 +147,23 @@ mod tests {
         files.save(&params, &forecast).unwrap();
         let resumed = files.load();
         assert!(resumed.errors.is_empty(), "{:?}", resumed.errors);
-        assert_eq!(resumed.params, params);
+        assert_eq!(resumed.params, Some(params));
         assert_eq!(resumed.forecast.idle_w(), forecast.idle_w());
         assert!((resumed.forecast.idle_w() - 42.0).abs() < 0.5, "{}", resumed.forecast.idle_w());
+    }
+
+    #[test]
+    fn a_model_in_the_old_nested_folder_is_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = LearnedFiles::for_device(dir.path(), "0000:03:00.0", None);
+        let legacy = dir.path().join("thermal/thermal/0000_03_00.0-nouid.json");
+        let mut params = ModelParams::prior();
+        params.r_js_k_per_w = 0.11;
+        write(&legacy, &params).unwrap();
+        let resumed = files.load();
+        assert!(resumed.errors.is_empty(), "{:?}", resumed.errors);
+        assert_eq!(resumed.params, Some(params));
+        assert!(files.model.is_file() && !legacy.exists());
     }
 
     /// Each bad file costs only its own part and is reported with the file and field.
@@ -152,7 +180,7 @@ mod tests {
         json["busy_share"] = serde_json::json!(3.0);
         std::fs::write(&files.forecast, json.to_string()).unwrap();
         let resumed = files.load();
-        assert_eq!(resumed.params, params, "the model survives a bad forecast file");
+        assert_eq!(resumed.params, Some(params.clone()), "the model survives a bad forecast file");
         let [e] = &resumed.errors[..] else { panic!("{:?}", resumed.errors) };
         let message = e.to_string();
         assert!(message.contains("forecast.json") && message.contains("busy_share"), "{message}");
@@ -160,7 +188,7 @@ mod tests {
         std::fs::write(&files.model, b"{not json").unwrap();
         std::fs::write(&files.forecast, saved.replace("\"prefill_w\"", "\"prefill\"")).unwrap();
         let resumed = files.load();
-        assert_eq!(resumed.params, ModelParams::prior());
+        assert_eq!(resumed.params, None);
         let messages: Vec<String> = resumed.errors.iter().map(ToString::to_string).collect();
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert!(messages[0].contains("-nouid.json: json:"), "{messages:?}");

@@ -12,6 +12,7 @@ pub mod forecast;
 pub mod learned;
 pub mod model;
 pub mod plant;
+pub mod priors;
 pub mod reset;
 pub mod safety;
 pub mod sensors;
@@ -20,7 +21,7 @@ pub mod trace;
 
 pub use daemon::{control_loop, control_loop_with, ControlConfig, FanOverride, FanOverrides};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Errors of the thermal module; each names the file (and key or line) it is about.
 #[derive(Debug, thiserror::Error)]
@@ -29,4 +30,16 @@ pub enum ThermalError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {field}: {why}")]
     Invalid { path: PathBuf, field: String, why: String },
+}
+
+/// Reads a TOML file of this module (unknown keys are refused where the type says so): errors
+/// name the file, and toml's message the line and key.
+fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ThermalError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ThermalError::Io { path: path.into(), source })?;
+    toml::from_str(&text).map_err(|e| ThermalError::Invalid {
+        path: path.into(),
+        field: "toml".into(),
+        why: e.to_string(),
+    })
 }

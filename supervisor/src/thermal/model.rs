@@ -71,8 +71,45 @@ impl ModelParams {
     /// A generic discrete GPU: sink 400 J/K, sink-to-air 0.7 K/W stopped and 0.15 K/W at full
     /// airflow, 30 °C inside the case. Deliberately on the warm side: the fan errs loud, not hot.
     pub fn prior() -> Self {
-        let (cap, g_stopped, g_full) = (400.0, 1.0 / 0.7, 1.0 / 0.15);
-        let sink = [1.0 / cap, g_stopped / cap, g_full / cap, 0.0];
+        Self::starting_from(400.0, 0.7, 0.15, 0.08, AMBIENT_PRIOR_C)
+    }
+
+    /// A card's own starting point (a profile set's `thermal/priors.toml`), with the generic
+    /// prior's uncertainty; the first value the model cannot represent is returned as (key, why).
+    pub fn from_card(
+        capacity_j_per_k: f64,
+        stopped_k_per_w: f64,
+        full_k_per_w: f64,
+        r_js_k_per_w: f64,
+        ambient_c: f64,
+    ) -> Result<Self, (&'static str, String)> {
+        let within = |key: &'static str, v: f64, lo: f64, hi: f64| {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err((key, format!("{v} is outside {lo}..={hi}")))
+            }
+        };
+        within("sink_capacity_j_per_k", capacity_j_per_k, MIN_CAPACITY_J_PER_K, MAX_CAPACITY_J_PER_K)?;
+        let (lo, hi) = (AMBIENT_PRIOR_C - MAX_AMBIENT_ERROR_C, AMBIENT_PRIOR_C + MAX_AMBIENT_ERROR_C);
+        within("ambient_c", ambient_c, lo, hi)?;
+        within("junction_to_sink_k_per_w", r_js_k_per_w, 0.001, 1.0)?;
+        // Heatsink time constants of 10 s or more, and a running fan cools at least as still air.
+        let fastest = 1.0 / (MAX_RATE_PER_S * capacity_j_per_k);
+        within("sink_to_air_full_k_per_w", full_k_per_w, fastest, 100.0)?;
+        within("sink_to_air_stopped_k_per_w", stopped_k_per_w, full_k_per_w, 100.0)?;
+        Ok(Self::starting_from(capacity_j_per_k, stopped_k_per_w, full_k_per_w, r_js_k_per_w, ambient_c))
+    }
+
+    fn starting_from(
+        cap: f64,
+        stopped_k_per_w: f64,
+        full_k_per_w: f64,
+        r_js_k_per_w: f64,
+        ambient_c: f64,
+    ) -> Self {
+        let (g_stopped, g_full) = (1.0 / stopped_k_per_w, 1.0 / full_k_per_w);
+        let sink = [1.0 / cap, g_stopped / cap, g_full / cap, ambient_c - AMBIENT_PRIOR_C];
         let mut sink_cov = [[0.0; PARAMS]; PARAMS];
         for i in 0..PARAMS {
             // 70 % prior uncertainty per parameter, in units of the slope noise.
@@ -82,7 +119,7 @@ impl ModelParams {
         sink_cov[3][3] = (10.0 / SLOPE_NOISE).powi(2);
         Self {
             version: FORMAT_VERSION,
-            r_js_k_per_w: 0.08,
+            r_js_k_per_w,
             r_js_var: 0.05_f64.powi(2) / 0.5_f64.powi(2),
             sink,
             sink_cov,

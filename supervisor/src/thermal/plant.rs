@@ -85,13 +85,7 @@ pub struct StockSpec {
 
 impl PlantSpec {
     pub fn load(path: &Path) -> Result<Self, ThermalError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ThermalError::Io { path: path.to_path_buf(), source: e })?;
-        let spec: PlantSpec = toml::from_str(&text).map_err(|e| ThermalError::Invalid {
-            path: path.to_path_buf(),
-            field: String::new(),
-            why: e.to_string(),
-        })?;
+        let spec: PlantSpec = super::read_toml(path)?;
         spec.validate().map_err(|(field, why)| ThermalError::Invalid {
             path: path.to_path_buf(),
             field,
