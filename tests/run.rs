@@ -44,12 +44,22 @@ fn run_serves_a_chat_completion_and_stops_cleanly() {
 /// `thermal/loop-cpu.sh` runs `lucebox run` on a copy of the captured R9700 host with the CPU
 /// llama-server standing in for its Vulkan build: the fan loop must drive the card under the
 /// engine's load and account its own CPU time. A short run; the figure itself is the script's job.
+/// The card starts from its entry in the active profile set's thermal priors, and what the loop
+/// learned is left in `<state_dir>/thermal/` when the supervisor stops.
 #[test]
 fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
     let dir = tempfile::tempdir().unwrap();
+    let priors = dir.path().join("priors.toml");
+    std::fs::write(
+        &priors,
+        "[[card]]\narch = \"gfx1201\"\nsink_capacity_j_per_k = 650.0\nsink_to_air_stopped_k_per_w = 0.6\n\
+         sink_to_air_full_k_per_w = 0.11\njunction_to_sink_k_per_w = 0.06\nambient_c = 30.0\n",
+    )
+    .unwrap();
     let out = std::process::Command::new("bash")
         .arg(repo_root().join("thermal/loop-cpu.sh"))
         .arg("5")
+        .env("THERMAL_PRIORS", &priors)
         .env("LUCEBOX", env!("CARGO_BIN_EXE_lucebox"))
         .env("LUCEBOX_LLAMA_SERVER", llama_server())
         .env("LUCEBOX_TINY_MODEL", tiny_model(dir.path()))
@@ -63,4 +73,14 @@ fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
     assert!(report["requests"].as_u64().unwrap() > 0, "no request served: {report}");
     assert!(report["loop_cpu_s"].as_f64().unwrap() > 0.0, "{report}");
     assert!(report["loop_cpu_pct"].as_f64().unwrap() > 0.0, "{report}");
+    let from_card =
+        "0000:03:00.0: no learned thermal model yet; starting from the prior for arch = \"gfx1201\"";
+    let events = report["thermal_events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e.as_str().unwrap().starts_with(from_card)), "{report}");
+    let mut learned: Vec<&str> =
+        report["learned_files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    learned.sort();
+    let [forecast, model] = learned[..] else { panic!("{report}") };
+    assert!(model.starts_with("0000_03_00.0-") && model.ends_with(".json"), "{report}");
+    assert_eq!(forecast, model.replace(".json", ".forecast.json"), "{report}");
 }

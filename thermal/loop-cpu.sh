@@ -5,8 +5,10 @@
 # copy's fan files. The CPU llama-server with the tiny model stands in for the Vulkan build, under
 # a copy of the tiny-cpu-test profile that names the vulkan backend. Two clients send chat
 # completions back to back. Prints the loop's own CPU account (/api/v1/thermal) and, for context,
-# the whole supervisor's. Needs LUCEBOX (default target/release/lucebox), LUCEBOX_LLAMA_SERVER
-# and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
+# the whole supervisor's; then, after the supervisor stopped, the thermal events and the learned
+# state it left in the state directory. With THERMAL_PRIORS=FILE that file is installed as the
+# active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
+# LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-300}
@@ -30,6 +32,10 @@ mkdir -p "$work/engines/vulkan/bin" "$work/models" "$work/profiles" "$work/state
 ln -s "$(realpath "$LUCEBOX_LLAMA_SERVER")" "$work/engines/vulkan/bin/llama-server"
 cp "$LUCEBOX_TINY_MODEL" "$work/models/tiny-llama.gguf"
 sed 's/^backends = \["cpu"\]/backends = ["vulkan"]/' profiles/tiny-cpu-test.toml > "$work/profiles/tiny-vulkan-test.toml"
+if [ -n "${THERMAL_PRIORS:-}" ]; then
+  mkdir -p "$work/state/sets/current/thermal"
+  cp "$THERMAL_PRIORS" "$work/state/sets/current/thermal/priors.toml"
+fi
 read -r engine_port web_port < <(python3 -c '
 import socket
 s = [socket.socket() for _ in range(2)]
@@ -72,9 +78,19 @@ client > "$work/c2" &
 wait "$first" $!
 requests=$(( $(cat "$work/c1") + $(cat "$work/c2") ))
 supervisor_pct=$(python3 -c "print(round(100 * ($(cpu_ticks) - $start_ticks) / $ticks_per_s / max(1, $SECONDS - $start_s), 3))")
-api thermal | SECONDS_RUN=$seconds REQUESTS=$requests SUPERVISOR_PCT=$supervisor_pct python3 -c '
-import json, os, sys
-for id, t in json.load(sys.stdin).items():
+api thermal > "$work/thermal.json"
+api events > "$work/events.json"
+kill -TERM "$supervisor" && wait "$supervisor" || true
+supervisor=
+ls "$work/state/thermal" > "$work/learned" 2>/dev/null || true
+SECONDS_RUN=$seconds REQUESTS=$requests SUPERVISOR_PCT=$supervisor_pct WORK=$work python3 -c '
+import json, os
+work = os.environ["WORK"]
+thermal = json.load(open(work + "/thermal.json"))
+events = [e["message"] for e in json.load(open(work + "/events.json")) if e.get("source") == "thermal"]
+learned = open(work + "/learned").read().split()
+for id, t in thermal.items():
     print(json.dumps({"device": id, "seconds": int(os.environ["SECONDS_RUN"]), "requests": int(os.environ["REQUESTS"]),
                       "loop_cpu_s": round(t["loop_cpu_s"], 4), "loop_cpu_pct": round(t["loop_cpu_pct"], 4),
-                      "supervisor_cpu_pct_during_load": float(os.environ["SUPERVISOR_PCT"]), "mode": t["mode"]}))'
+                      "supervisor_cpu_pct_during_load": float(os.environ["SUPERVISOR_PCT"]), "mode": t["mode"],
+                      "thermal_events": events, "learned_files": learned}))'
