@@ -302,11 +302,9 @@ impl DeviceLoop {
 /// Where a device has not learned a model yet: its card's entry of the priors file, else the
 /// generic prior.
 fn card_prior(device: &Device, priors: Option<&CardPriors>, status: &StatusModel) -> ModelParams {
-    let Some((priors, card)) = priors.and_then(|p| p.for_device(device).map(|c| (p, c))) else {
+    let Some((priors, (card, params))) = priors.and_then(|p| p.for_device(device).map(|c| (p, c))) else {
         return ModelParams::prior();
     };
-    // The file was checked when it was loaded.
-    let params = card.params().unwrap_or_else(|_| ModelParams::prior());
     status.event(
         "thermal",
         Level::Info,
@@ -317,7 +315,7 @@ fn card_prior(device: &Device, priors: Option<&CardPriors>, status: &StatusModel
             priors.path.display()
         ),
     );
-    params
+    params.clone()
 }
 
 impl Drop for DeviceLoop {

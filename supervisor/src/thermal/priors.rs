@@ -42,11 +42,12 @@ struct PriorsFile {
     card: Vec<CardPrior>,
 }
 
-/// The card priors of one file.
+/// The card priors of one file, each with the model it starts a device from (built once, when
+/// the file is read and checked).
 #[derive(Debug, Clone, Default)]
 pub struct CardPriors {
     pub path: PathBuf,
-    pub cards: Vec<CardPrior>,
+    cards: Vec<(CardPrior, ModelParams)>,
 }
 
 impl CardPrior {
@@ -75,7 +76,7 @@ impl CardPrior {
     }
 
     /// The model this entry starts a device from, or the first key it cannot represent.
-    pub fn params(&self) -> Result<ModelParams, (&'static str, String)> {
+    fn params(&self) -> Result<ModelParams, (&'static str, String)> {
         ModelParams::from_card(
             self.sink_capacity_j_per_k,
             self.sink_to_air_stopped_k_per_w,
@@ -91,19 +92,23 @@ impl CardPriors {
     /// name the file, the entry and the key.
     pub fn load(path: &Path) -> Result<Self, ThermalError> {
         let file: PriorsFile = read_toml(path)?;
-        for (i, card) in file.card.iter().enumerate() {
-            card.params().map_err(|(key, why)| ThermalError::Invalid {
-                path: path.into(),
-                field: format!("card[{i}].{key}"),
-                why,
-            })?;
-        }
-        Ok(Self { path: path.into(), cards: file.card })
+        let cards = file
+            .card
+            .into_iter()
+            .enumerate()
+            .map(|(i, card)| match card.params() {
+                Ok(params) => Ok((card, params)),
+                Err((key, why)) => {
+                    Err(ThermalError::Invalid { path: path.into(), field: format!("card[{i}].{key}"), why })
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { path: path.into(), cards })
     }
 
-    /// The first entry that fits `device`.
-    pub fn for_device(&self, device: &Device) -> Option<&CardPrior> {
-        self.cards.iter().find(|c| c.fits(device))
+    /// The first entry that fits `device`, and the model it starts the device from.
+    pub fn for_device(&self, device: &Device) -> Option<(&CardPrior, &ModelParams)> {
+        self.cards.iter().find(|(card, _)| card.fits(device)).map(|(card, params)| (card, params))
     }
 }
 
@@ -140,7 +145,7 @@ mod tests {
         );
         let (_dir, path) = file(&text);
         let priors = CardPriors::load(&path).unwrap();
-        let capacity = |d: &Device| priors.for_device(d).unwrap().sink_capacity_j_per_k;
+        let capacity = |d: &Device| priors.for_device(d).unwrap().0.sink_capacity_j_per_k;
         assert_eq!(capacity(&device("gfx1201", "1002:7551", "AMD Radeon AI PRO R9700")), 650.0);
         assert_eq!(capacity(&device("gfx1201", "1002:7550", "AMD Radeon RX 9070 XT")), 700.0);
         assert_eq!(
@@ -148,7 +153,11 @@ mod tests {
             400.0,
             "no match keys: every device"
         );
-        assert_eq!(priors.cards[0].describe(), "arch = \"gfx1201\", model_contains = \"ai pro\"");
+        let r9700 = device("gfx1201", "1002:7551", "AMD Radeon AI PRO R9700");
+        assert_eq!(
+            priors.for_device(&r9700).unwrap().0.describe(),
+            "arch = \"gfx1201\", model_contains = \"ai pro\""
+        );
 
         let (_dir, empty) = file("# no cards yet\n");
         assert!(CardPriors::load(&empty).unwrap().for_device(&device("gfx1201", "1002:7551", "x")).is_none());
@@ -157,7 +166,8 @@ mod tests {
     #[test]
     fn a_card_starts_the_model_at_its_own_values() {
         let (_dir, path) = file(&format!("[[card]]\n{VALUES}"));
-        let params = CardPriors::load(&path).unwrap().cards[0].params().unwrap();
+        let priors = CardPriors::load(&path).unwrap();
+        let (_, params) = priors.for_device(&device("gfx1201", "1002:7551", "any")).unwrap();
         let [a, b, c, _] = params.sink;
         assert!((1.0 / a - 650.0).abs() < 1e-9);
         assert!((a / b - 0.6).abs() < 1e-9 && (a / c - 0.11).abs() < 1e-9);
