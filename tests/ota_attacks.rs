@@ -2,6 +2,7 @@
 //! clear error and nothing on disk changes. The repositories are real (`tough::editor`) and
 //! served by a real HTTP server on 127.0.0.1. Root rotation: a box follows a properly
 //! cross-signed new root, refuses one the old root did not sign, and stops trusting the old key.
+//! A set whose card priors a box would refuse is not signed at all.
 
 #[path = "ota_support/mod.rs"]
 mod support;
@@ -9,11 +10,11 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use lucebox::ota::http::HttpClient;
-use lucebox::ota::publish::Expiry;
+use lucebox::ota::publish::{self, Expiry};
 use lucebox::ota::repo::RepoSource;
 use lucebox::ota::{ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Updater};
 use lucebox::status::StatusModel;
-use support::{copy_dir, make_set, publish, snapshot, FileServer, Healthy, PublishSpec};
+use support::{copy_dir, make_set, publish, publish_options, snapshot, FileServer, Healthy, PublishSpec};
 
 /// A box with v1 committed from `www/repo`, and the web root the attacker controls.
 struct Scenario {
@@ -305,4 +306,29 @@ async fn a_new_root_not_signed_by_the_old_root_is_rejected() {
     let err = s.assert_rejected("hijack", &["root", "threshold"]).await;
     assert_eq!(s.trusted_root_version(), 1, "the box still trusts root v1");
     eprintln!("root v2 without the old signature: {err}");
+}
+
+#[tokio::test]
+async fn a_set_with_bad_card_priors_is_not_signed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (set, repo) = (tmp.path().join("set"), tmp.path().join("repo"));
+    make_set(&set, 1, "name = \"v1\"\n", &[]);
+    let priors = set.join("thermal/priors.toml");
+    std::fs::write(&priors, "[[card]]\nambient = 30.0\n").unwrap();
+    let err = publish::publish(&publish_options(&set, &repo, &PublishSpec::default())).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains(&priors.display().to_string()), "{message}");
+    assert!(message.contains("unknown field `ambient`"), "{message}");
+    assert!(!repo.exists(), "nothing is written for a refused set");
+
+    // The same set with priors a box reads is published.
+    std::fs::write(
+        &priors,
+        "[[card]]\nmodel_contains = \"4090\"\nsink_capacity_j_per_k = 1100.0\n\
+        sink_to_air_stopped_k_per_w = 0.35\nsink_to_air_full_k_per_w = 0.07\n\
+        junction_to_sink_k_per_w = 0.04\nambient_c = 38.0\n",
+    )
+    .unwrap();
+    let published = publish(&set, &repo, &PublishSpec::default()).await;
+    assert_eq!(published.set_version, 1);
 }

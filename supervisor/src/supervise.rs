@@ -85,7 +85,7 @@ pub async fn run(
         let (root, state_dir, status, cancel) =
             (root.clone(), config.state_dir.clone(), status.clone(), engines_cancel.clone());
         let (nvml_lib, overrides) = (options.nvml_lib.clone(), fans.clone());
-        let priors = config.active_set_dir().join("thermal/priors.toml");
+        let priors = config.active_set_dir().join(crate::thermal::priors::PRIORS_FILE);
         parts.spawn(async move {
             let control = crate::thermal::ControlConfig {
                 hook: crate::hooks::installed_board_dir(&root),

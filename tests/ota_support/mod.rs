@@ -243,7 +243,11 @@ impl Default for PublishSpec<'_> {
 
 /// Publishes `set_dir` into `repo_dir` (creating `repo_dir/root.json` on first use).
 pub async fn publish(set_dir: &Path, repo_dir: &Path, spec: &PublishSpec<'_>) -> Published {
-    publish::publish(&PublishOptions {
+    publish::publish(&publish_options(set_dir, repo_dir, spec)).await.unwrap()
+}
+
+pub fn publish_options(set_dir: &Path, repo_dir: &Path, spec: &PublishSpec<'_>) -> PublishOptions {
+    PublishOptions {
         set_dir: set_dir.to_path_buf(),
         repo_dir: repo_dir.to_path_buf(),
         root: repo_dir.join("root.json"),
@@ -252,9 +256,7 @@ pub async fn publish(set_dir: &Path, repo_dir: &Path, spec: &PublishSpec<'_>) ->
         rotate_to: spec.rotate_to.iter().map(|k| key(k)).collect(),
         expiry: spec.expiry,
         metadata_version: None,
-    })
-    .await
-    .unwrap()
+    }
 }
 
 /// Every file and link below `dir` with a hash of its contents, minus the lock file's holder

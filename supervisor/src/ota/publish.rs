@@ -19,6 +19,7 @@ use tough::schema::{KeyHolder, RoleKeys, RoleType, Root, Signed};
 use super::archive;
 use super::manifest::{Manifest, MANIFEST_FILE};
 use super::repo::{chain, SET_TARGET, VERSION_KEY};
+use crate::thermal::priors::{CardPriors, PRIORS_FILE};
 
 /// Most files a set directory may hold (the archive's own bound).
 const MAX_FILES: usize = archive::MAX_ENTRIES;
@@ -35,6 +36,10 @@ pub enum PublishError {
     TooManyFiles { dir: PathBuf },
     #[error("set directory {dir}: {path} is not a regular file or directory")]
     NotAFile { dir: PathBuf, path: PathBuf },
+    /// The health gate cannot see a bad priors file (the engines run without it), so it is
+    /// refused before it is signed.
+    #[error(transparent)]
+    Priors(#[from] crate::thermal::ThermalError),
     #[error("key {path}: {message}")]
     Key { path: PathBuf, message: String },
     #[error("signing: {0}")]
@@ -95,6 +100,9 @@ pub struct Published {
 pub async fn publish(options: &PublishOptions) -> Result<Published, PublishError> {
     let manifest = Manifest::load(&options.set_dir.join(MANIFEST_FILE))?;
     let files = collect_files(&options.set_dir)?;
+    if let Some((_, priors)) = files.iter().find(|(path, _)| path == PRIORS_FILE) {
+        CardPriors::parse(priors, &options.set_dir.join(PRIORS_FILE))?;
+    }
     let count = files.len();
     let tar = archive::build(&files)?;
     let staging = options.repo_dir.join("staging");

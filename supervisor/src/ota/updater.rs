@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::status::{Level, OtaState, StatusModel};
+use crate::thermal::priors::{CardPriors, PRIORS_FILE};
 
 use super::activate::{ActivationError, Activator};
 use super::archive;
@@ -45,6 +46,9 @@ pub enum OtaError {
     NotNewer { offered: u64, committed: u64 },
     #[error("downloaded set: {0}")]
     Mismatch(String),
+    /// Checked before staging: the health gate cannot see a bad priors file.
+    #[error("downloaded set v{version}: {source}")]
+    Priors { version: u64, source: crate::thermal::ThermalError },
     #[error("offered set is {length} bytes, more than the {MAX_SET_BYTES} a profile set may have")]
     TooLarge { length: u64 },
     #[error("no previous set to roll back to")]
@@ -423,7 +427,8 @@ fn committed_version(record: &Record) -> u64 {
     record.committed.as_ref().map(|c| c.version).unwrap_or(0)
 }
 
-/// Re-hashes the staged archive against the signed metadata and validates its contents.
+/// Re-hashes the staged archive against the signed metadata and validates its manifest and card
+/// priors.
 fn verify_staged(path: &Path, offer: &Offer) -> Result<(Vec<u8>, Manifest), OtaError> {
     use sha2::Digest;
     let bytes = std::fs::read(path).map_err(|source| OtaError::Io { path: path.into(), source })?;
@@ -447,6 +452,10 @@ fn verify_staged(path: &Path, offer: &Offer) -> Result<(Vec<u8>, Manifest), OtaE
             "{MANIFEST_FILE} says v{} but the signed target says v{}",
             manifest.version, offer.version
         )));
+    }
+    if let Some(priors) = entries.iter().find(|e| e.path == Path::new(PRIORS_FILE)) {
+        CardPriors::parse(priors.data, Path::new(PRIORS_FILE))
+            .map_err(|source| OtaError::Priors { version: offer.version, source })?;
     }
     Ok((bytes, manifest))
 }
@@ -520,6 +529,50 @@ mod tests {
         let before = Record::load(&paths.ota_dir()).unwrap();
         recover(&paths, &StatusModel::new()).unwrap();
         assert_eq!(Record::load(&paths.ota_dir()).unwrap(), before);
+    }
+
+    /// A staged archive holding `files` beside a v2 manifest, and the offer that signs it.
+    fn staged(dir: &Path, files: &[(&str, &[u8])]) -> (PathBuf, Offer) {
+        use sha2::Digest;
+        let mut entries = vec![(MANIFEST_FILE.to_string(), b"version = 2\n".to_vec())];
+        entries.extend(files.iter().map(|(path, data)| (path.to_string(), data.to_vec())));
+        let bytes = archive::build(&entries).unwrap();
+        let path = dir.join("staged.tar");
+        std::fs::write(&path, &bytes).unwrap();
+        let offer = Offer {
+            version: 2,
+            sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+            length: bytes.len() as u64,
+        };
+        (path, offer)
+    }
+
+    #[test]
+    fn staged_card_priors_are_checked_as_the_box_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let card = "[[card]]\narch = \"gfx1201\"\nsink_capacity_j_per_k = 650.0\n\
+            sink_to_air_stopped_k_per_w = 0.6\nsink_to_air_full_k_per_w = 0.11\n\
+            junction_to_sink_k_per_w = 0.06\nambient_c = 30.0\n";
+        let (path, offer) = staged(dir.path(), &[(PRIORS_FILE, card.as_bytes())]);
+        let (_, manifest) = verify_staged(&path, &offer).unwrap();
+        assert_eq!(manifest.version, 2);
+        // A set without priors is fine too: devices start from the generic prior.
+        let (path, offer) = staged(dir.path(), &[]);
+        verify_staged(&path, &offer).unwrap();
+
+        let hot = card.replace("ambient_c = 30.0", "ambient_c = 300.0");
+        for (bad, needle) in [
+            (hot.as_bytes(), "card[0].ambient_c"),
+            (b"[[card]]\nambient = 30.0\n".as_slice(), "unknown field `ambient`"),
+            (b"\xff\xfe".as_slice(), "not UTF-8"),
+        ] {
+            let (path, offer) = staged(dir.path(), &[(PRIORS_FILE, bad)]);
+            let err = verify_staged(&path, &offer).unwrap_err();
+            assert!(matches!(err, OtaError::Priors { version: 2, .. }), "{err:?}");
+            let message = err.to_string();
+            assert!(message.contains("set v2") && message.contains(PRIORS_FILE), "{message}");
+            assert!(message.contains(needle), "{message}");
+        }
     }
 
     #[test]

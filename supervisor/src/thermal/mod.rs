@@ -37,7 +37,12 @@ pub enum ThermalError {
 fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ThermalError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| ThermalError::Io { path: path.into(), source })?;
-    toml::from_str(&text).map_err(|e| ThermalError::Invalid {
+    parse_toml(&text, path)
+}
+
+/// [`read_toml`] for text already read; `path` names it in errors.
+fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, ThermalError> {
+    toml::from_str(text).map_err(|e| ThermalError::Invalid {
         path: path.into(),
         field: "toml".into(),
         why: e.to_string(),

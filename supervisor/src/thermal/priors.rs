@@ -17,8 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::model::ModelParams;
-use super::{read_toml, ThermalError};
+use super::{parse_toml, read_toml, ThermalError};
 use crate::hardware::Device;
+
+/// Where a profile set carries the priors, relative to the set's directory.
+pub const PRIORS_FILE: &str = "thermal/priors.toml";
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -91,7 +94,21 @@ impl CardPriors {
     /// Reads a priors file: unknown keys and values the model cannot represent are errors that
     /// name the file, the entry and the key.
     pub fn load(path: &Path) -> Result<Self, ThermalError> {
-        let file: PriorsFile = read_toml(path)?;
+        Self::build(read_toml(path)?, path)
+    }
+
+    /// [`CardPriors::load`] for a file already read (a profile set being published or staged);
+    /// `path` names it in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ThermalError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| ThermalError::Invalid {
+            path: path.into(),
+            field: "toml".into(),
+            why: format!("not UTF-8 text: {e}"),
+        })?;
+        Self::build(parse_toml(text, path)?, path)
+    }
+
+    fn build(file: PriorsFile, path: &Path) -> Result<Self, ThermalError> {
         let cards = file
             .card
             .into_iter()
