@@ -72,8 +72,32 @@ def azure_style(seed=4, duration=3600.0):
     return rows
 
 
+def code_assist(seed=5, duration=2700.0):
+    """Second held-out trace: a developer with an IDE assistant. Typing bursts send short
+    completions every 0.5-4 s, now and then an edit/chat request with a large context; pauses
+    between bursts and one longer break."""
+    rng = random.Random(seed)
+    t, rows, burst = 5.0, [], 0
+    while t < duration:
+        burst += 1
+        end = t + rng.uniform(20.0, 120.0)
+        context = rng.randint(1000, 4000)
+        while t < end:
+            rows.append((round(t, 1), context, rng.randint(16, 96), f"k{burst}"))
+            context = min(8000, context + rng.randint(0, 200))
+            t += rng.uniform(0.5, 4.0)
+        if rng.random() < 0.35:
+            rows.append((round(t, 1), rng.randint(6000, 16000), rng.randint(300, 1200), f"e{burst}"))
+            t += rng.uniform(20.0, 60.0)
+        t += rng.uniform(10.0, 90.0)
+        if burst == 12:
+            t += 300.0
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
     write("batch.csv", "t_s,prompt_tokens,output_tokens,session", batch())
     write("azure-style-holdout.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", azure_style())
+    write("code-assist-holdout.csv", "t_s,prompt_tokens,output_tokens,session", code_assist())
