@@ -95,9 +95,36 @@ def code_assist(seed=5, duration=2700.0):
     return [r for r in rows if r[0] < duration]
 
 
+def office(seed=6, duration=3600.0):
+    """Third held-out trace: a small office sharing one box. Several people chat at once
+    (sessions start at random, turns as in `chat`), and a document tool now and then sends a
+    burst of retrieval-augmented requests together (large contexts, short answers)."""
+    rng = random.Random(seed)
+    rows, session = [], 0
+    start = rng.expovariate(1.0 / 90.0)
+    while start < duration:
+        session += 1
+        t, context = start, rng.randint(150, 800)
+        for _ in range(rng.randint(2, 10)):
+            out = int(min(1200, rng.lognormvariate(5.6, 0.6)))
+            rows.append((round(t, 1), context, out, f"o{session}"))
+            context += out + rng.randint(20, 300)
+            t += out / 40.0 + rng.uniform(15.0, 90.0)
+        start += rng.expovariate(1.0 / 90.0)
+    t = rng.uniform(120.0, 600.0)
+    while t < duration:
+        session += 1
+        for _ in range(rng.randint(3, 8)):
+            rows.append((round(t + rng.uniform(0.0, 3.0), 1), rng.randint(4000, 9000), rng.randint(60, 250), f"r{session}"))
+        t += rng.uniform(300.0, 900.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
     write("batch.csv", "t_s,prompt_tokens,output_tokens,session", batch())
     write("azure-style-holdout.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", azure_style())
     write("code-assist-holdout.csv", "t_s,prompt_tokens,output_tokens,session", code_assist())
+    write("office-holdout.csv", "t_s,prompt_tokens,output_tokens,session", office())
