@@ -108,6 +108,32 @@ fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
     assert_eq!(report["controllers"]["predictive"]["seconds_over_limit"], 0.0);
 }
 
+/// Completions while someone types on a zero-rpm card: small requests every second or two for
+/// minutes. Each is over in a second or two, but together they heat the heatsink as one long
+/// answer would; a plan that saw only the queue kept the fan stopped until full speed came too late
+/// (6.4 s over the limit on this run before the forecast counted the stream).
+#[test]
+fn a_stream_of_small_requests_stays_under_the_limit() {
+    assert_predictive_stays_under_the_limit("rtx4090-hot-case.toml", "code-assist-holdout.csv", 1500);
+}
+
+/// An office sharing a 575 W card: a document tool sends several large prompts at once while the
+/// fan is stopped. Their prefills run back to back; room kept for one large prompt was too little
+/// (14.1 s over the limit on this run before the forecast remembered bursts as one surprise).
+#[test]
+fn prompts_arriving_together_stay_under_the_limit() {
+    assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "office-holdout.csv", 1800);
+}
+
+/// The predictive controller alone on a shipped plant and trace, cut at `duration_s`.
+fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32) {
+    let trace = repo().join("thermal/traces").join(trace);
+    let duration = duration_s.to_string();
+    let report = bench_json(plant, &trace, &["--controller", "predictive", "--duration", &duration]);
+    let p = &report["controllers"]["predictive"];
+    assert_eq!(p["seconds_over_limit"], 0.0, "{plant} on {}: {p}", trace.display());
+}
+
 /// `thermal/stock-peak-bound.sh` reads the oracle at a ceiling under stock's peak as the least
 /// duty a controller keeping that margin needs: the oracle honours a numeric ceiling and pays for
 /// a lower one.

@@ -1,15 +1,42 @@
-# Sourced by bench-table.sh and check-safety.sh: the shipped runs, one way.
-#   each_run: prints "plant trace ceiling" for every shipped plant x trace, at the plant's limit
-#             and at --ceiling stock-peak, in the table's order.
+# Sourced by bench-table.sh, check-safety.sh and seed-sweep.sh: the shipped runs, one way.
+#   each_run: prints "plant trace ceiling" for every run of RUNS, at the plant's limit and at
+#             --ceiling stock-peak, in the table's order. The plants and traces came in sets:
+#             RUNS=first (default) is the tuning plants and traces with the first held-out plant
+#             and trace; RUNS=second or third, the runs a later held-out set added (its plants on
+#             every trace so far, the earlier plants on its trace); RUNS=all, every plant on every
+#             trace.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
+PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
+  "rx7900xtx-ref")
+TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout")
+
 each_run() {
-  local ceiling plant trace
+  local ceiling
   for ceiling in limit stock-peak; do
-    for plant in r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case; do
-      for trace in chat agent batch azure-style-holdout; do
-        echo "$plant $trace $ceiling"
-      done
+    case "${RUNS:-first}" in
+      first) set_runs 1 "$ceiling" ;;
+      second) set_runs 2 "$ceiling" ;;
+      third) set_runs 3 "$ceiling" ;;
+      all) runs_of "${PLANT_SETS[*]}" "${TRACE_SETS[*]}" "$ceiling" ;;
+      *) echo "RUNS must be first, second, third or all, not $RUNS" >&2; return 2 ;;
+    esac
+  done
+}
+
+# The runs set N added: its plants on the traces of sets 1..N, the plants of sets 1..N-1 on its
+# traces.
+set_runs() {
+  local n=$1 ceiling=$2
+  runs_of "${PLANT_SETS[n - 1]}" "${TRACE_SETS[*]:0:n}" "$ceiling"
+  runs_of "${PLANT_SETS[*]:0:n-1}" "${TRACE_SETS[n - 1]}" "$ceiling"
+}
+
+runs_of() {
+  local plant trace
+  for plant in $1; do
+    for trace in $2; do
+      echo "$plant $trace $3"
     done
   done
 }

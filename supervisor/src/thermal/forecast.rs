@@ -2,7 +2,9 @@
 //! and their remaining tokens, with per-phase power and engine rates learned from what the
 //! device and the engine show. Also the size of a prompt that may arrive unannounced.
 
-use lucebox_engine::LoadSignal;
+use std::collections::VecDeque;
+
+use lucebox_engine::{LoadSignal, SlotLoad};
 use serde::{Deserialize, Serialize};
 
 /// Learning rate of the per-phase power and rate averages.
@@ -28,6 +30,13 @@ const MIN_GAPS: u32 = 3;
 const GAP_RELAX_CAP: f64 = 3.0;
 /// Prior decode power for one stream and the extra per stream, until measured.
 const DECODE_PRIOR_W: (f64, f64) = (180.0, 10.0);
+/// Arrivals over this window give the rate of the requests still to come ...
+const STREAM_WINDOW_S: f64 = 60.0;
+/// ... whose power a plan expects to fade over this time constant: a burst seen for the last
+/// minute is expected to last about half as long again (each period re-plans while it lasts).
+const STREAM_FADE_S: f64 = 30.0;
+/// Most arrival times kept for the rate (a bound on memory at any request rate).
+const MAX_ARRIVALS_KEPT: usize = 256;
 /// Format of the saved forecast (see [`PowerForecast::check`]).
 const FORMAT_VERSION: u32 = 1;
 
@@ -59,6 +68,8 @@ pub struct PowerForecast {
     decode_w: [Option<f64>; MAX_STREAMS_TRACKED],
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
+    /// The largest prefill backlog a prompt (or prompts arriving together) brought, slowly
+    /// forgotten: the size of a surprise to keep room for.
     large_prompt_tokens: f64,
     typical_prompt_tokens: f64,
     typical_output_tokens: f64,
@@ -75,6 +86,12 @@ pub struct PowerForecast {
     gap_floor_s: Option<f64>,
     /// Arrivals that found the engine idle.
     gaps: u32,
+    /// Seconds observed: the clock of `recent_arrivals`.
+    #[serde(skip)]
+    clock_s: f64,
+    /// When requests arrived within the last `STREAM_WINDOW_S` (not kept across a restart).
+    #[serde(skip)]
+    recent_arrivals: VecDeque<f64>,
 }
 
 impl Default for PowerForecast {
@@ -103,6 +120,8 @@ impl PowerForecast {
             idle_s: Some(0.0),
             gap_floor_s: None,
             gaps: 0,
+            clock_s: 0.0,
+            recent_arrivals: VecDeque::new(),
         }
     }
 
@@ -134,7 +153,7 @@ impl PowerForecast {
         }
     }
 
-    /// Seconds an unannounced large prompt would keep the GPU in prefill.
+    /// Seconds an unannounced large prompt (or burst of prompts) would keep the GPU in prefill.
     pub fn large_prefill_s(&self) -> f64 {
         self.large_prompt_tokens / self.prefill_tokens_per_s
     }
@@ -218,6 +237,51 @@ impl PowerForecast {
             }
         }
         self.idle_s = if now.is_idle() { self.idle_s.map(|s| s + dt_s) } else { Some(0.0) };
+        self.clock_s += dt_s;
+        for _ in 0..arrived {
+            if self.recent_arrivals.len() == MAX_ARRIVALS_KEPT {
+                self.recent_arrivals.pop_front();
+            }
+            self.recent_arrivals.push_back(self.clock_s);
+        }
+        while self.recent_arrivals.front().is_some_and(|&t| t <= self.clock_s - STREAM_WINDOW_S) {
+            self.recent_arrivals.pop_front();
+        }
+    }
+
+    /// Mean power (W above idle) that requests not yet arrived would draw if they kept coming at
+    /// the rate of the last minute: a stream of small requests (completions while someone types)
+    /// heats the heatsink as much as one long answer, though each is over in a second or two.
+    pub fn stream_w(&self) -> f64 {
+        let rate = self.recent_arrivals.len() as f64 / STREAM_WINDOW_S;
+        let prefill_s = self.typical_prompt_tokens / self.prefill_tokens_per_s;
+        let decode_s = self.typical_output_tokens / self.decode_tokens_per_s;
+        let energy_j = prefill_s * (self.prefill_w - self.idle_w).max(0.0)
+            + decode_s * (self.decode_w(1) - self.idle_w).max(0.0);
+        (rate * energy_j).min((self.prefill_w - self.idle_w).max(0.0))
+    }
+
+    /// `known` (the power of the work in the queue, from [`Self::power`]) with the requests
+    /// still to come where prompts arrive while the engine works: once the queue drains they
+    /// keep coming at [`Self::stream_w`], fading over `STREAM_FADE_S` from now. Arrivals during
+    /// the queue's work only extend it. Where each prompt waits for the previous answer, the
+    /// surprise reserve covers the next one and `known` is returned as it is.
+    pub fn with_stream(&self, known: &[f64], dt_s: f64) -> Vec<f64> {
+        let stream_w = if self.arrives_while_busy() { self.stream_w() } else { 0.0 };
+        let drained = known.iter().rposition(|&p| p != self.idle_w).map_or(0, |k| k + 1);
+        known
+            .iter()
+            .enumerate()
+            .map(
+                |(k, &p)| {
+                    if k < drained {
+                        p
+                    } else {
+                        p + stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp()
+                    }
+                },
+            )
+            .collect()
     }
 
     /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too
@@ -279,19 +343,37 @@ impl PowerForecast {
         self.idle_w
     }
 
+    /// Learns prompt and answer sizes, and the size of a surprise, from the slots new since `prev`.
     fn learn_prompts(&mut self, prev: &LoadSignal, now: &LoadSignal) {
-        for slot in &now.slots {
-            let known = prev.slots.iter().any(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens);
-            if known {
-                continue;
-            }
+        let is_new = |slot: &SlotLoad| {
+            !prev.slots.iter().any(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens)
+        };
+        let mut new_slots = 0;
+        for slot in now.slots.iter().filter(|s| is_new(s)) {
+            new_slots += 1;
             let tokens = slot.prompt_tokens as f64;
-            self.large_prompt_tokens = tokens.max(self.large_prompt_tokens * PROMPT_MEMORY_DECAY);
             self.typical_prompt_tokens += ALPHA * (tokens - self.typical_prompt_tokens);
             if let Some(left) = slot.remaining_tokens {
                 let total = (left + slot.decoded_tokens) as f64;
                 self.typical_output_tokens += ALPHA * (total - self.typical_output_tokens);
             }
+        }
+        if new_slots > 0 {
+            // Prompts that arrive together (a tool sending several documents at once) have their
+            // prefills run back to back: the surprise is the whole backlog they join.
+            let backlog: u64 = now
+                .slots
+                .iter()
+                .map(|s| {
+                    if is_new(s) {
+                        s.prompt_tokens
+                    } else {
+                        s.prompt_tokens.saturating_sub(s.prompt_processed)
+                    }
+                })
+                .sum();
+            let remembered = self.large_prompt_tokens * PROMPT_MEMORY_DECAY.powi(new_slots);
+            self.large_prompt_tokens = (backlog as f64).max(remembered);
         }
     }
 
@@ -337,7 +419,6 @@ impl PowerForecast {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lucebox_engine::SlotLoad;
 
     fn slot(id: u32, prompt: u64, done: u64, remaining: u64) -> SlotLoad {
         SlotLoad {
@@ -400,6 +481,72 @@ mod tests {
         f.observe(&signal(vec![slot(100, 500, 500, 30), slot(101, 800, 0, 40)]), 300.0, 1.0);
         assert!(f.arrives_while_busy());
         assert!(f.quiet_after_idle_s() > 0.0, "the idle gap still holds after the engine drains");
+    }
+
+    /// Completions while someone types: a small request every second or two, most arriving
+    /// while the previous one is still answered. Once the queue drains, the plan expects them to
+    /// keep coming (fading), and a minute without arrivals ends the stream.
+    #[test]
+    fn a_stream_of_small_requests_goes_on_after_the_queue_drains() {
+        let mut f = PowerForecast::new();
+        for id in 1..=40u32 {
+            let previous = slot(id - 1, 2000, 2000, 5);
+            f.observe(&signal(vec![previous, slot(id, 2000, 0, 30)]), 300.0, 1.0);
+            f.observe(&signal(vec![slot(id, 2000, 2000, 20)]), 200.0, 1.0);
+        }
+        assert!(f.arrives_while_busy());
+        let stream = f.stream_w();
+        assert!(stream > 50.0, "{stream}");
+        let known = f.power(Some(&signal(vec![slot(41, 2000, 2000, 10)])), 90, 1.0);
+        let planned = f.with_stream(&known, 1.0);
+        let drained = known.iter().position(|&w| w == f.idle_w()).unwrap();
+        assert_eq!(planned[..drained], known[..drained], "arrivals during the queue's work only extend it");
+        assert!(planned[drained] > f.idle_w() + 0.5 * stream, "{planned:?}");
+        assert!(planned.windows(2).skip(drained).all(|w| w[1] < w[0]), "the stream fades: {planned:?}");
+
+        for _ in 0..60 {
+            f.observe(&LoadSignal::default(), 30.0, 1.0);
+        }
+        assert_eq!(f.stream_w(), 0.0, "a minute without arrivals ends the stream");
+        let idle = vec![f.idle_w(); 90];
+        assert_eq!(f.with_stream(&idle, 1.0), idle);
+    }
+
+    /// A tool that sends several documents at once: their prefills run back to back, so the
+    /// surprise to keep room for is the backlog, not the largest single prompt.
+    #[test]
+    fn prompts_arriving_together_are_one_large_surprise() {
+        let mut f = PowerForecast::new();
+        let single = f.large_prefill_s();
+        f.observe(&LoadSignal::default(), 30.0, 1.0);
+        let burst: Vec<SlotLoad> = (1..=4).map(|id| slot(id, 5000, 0, 100)).collect();
+        f.observe(&signal(burst), 300.0, 1.0);
+        assert_eq!(f.large_prompt_tokens, 20_000.0);
+        // One more arrives while 12,000 tokens of the burst still wait: it joins that backlog.
+        let mut joined: Vec<SlotLoad> =
+            (1..=4).map(|id| slot(id, 5000, if id == 1 { 5000 } else { 1000 }, 100)).collect();
+        joined.push(slot(5, 9000, 0, 100));
+        f.observe(&signal(joined), 300.0, 1.0);
+        assert_eq!(f.large_prompt_tokens, 21_000.0, "the 12,000 still waiting and the new 9,000");
+        assert!(f.large_prefill_s() > 4.0 * single);
+    }
+
+    /// One user who waits for each answer: the next prompt is the surprise reserve's, not a stream.
+    #[test]
+    fn sequential_work_adds_no_stream() {
+        let mut f = PowerForecast::new();
+        for id in 1..=20u32 {
+            for k in 0..5u64 {
+                f.observe(&signal(vec![slot(id, 500, 500, 50 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..3 {
+                f.observe(&LoadSignal::default(), 30.0, 1.0);
+            }
+        }
+        assert!(!f.arrives_while_busy());
+        assert!(f.stream_w() > 0.0, "requests did arrive in the last minute");
+        let known = f.power(Some(&signal(vec![slot(21, 500, 500, 50)])), 90, 1.0);
+        assert_eq!(f.with_stream(&known, 1.0), known);
     }
 
     /// A resumed forecast keeps the learned pattern, but how long the engine sat idle before the

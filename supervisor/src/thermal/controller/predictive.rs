@@ -240,13 +240,20 @@ impl Predictive {
     /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
     /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
     /// restart as late as the fan answers a surprise (period + spin-up) would still be in time.
-    fn stop_plans(&self, junction_c: f64, power: &[f64], loaded: bool, budget_c: f64) -> (bool, bool) {
+    fn stop_plans(
+        &self,
+        junction_c: f64,
+        known: &[f64],
+        power: &[f64],
+        loaded: bool,
+        budget_c: f64,
+    ) -> (bool, bool) {
         if !self.limits.zero_rpm {
             return (false, false);
         }
-        let any_time = self.surprise_reserve_with(power, loaded, false);
+        let any_time = self.surprise_reserve_with(known, loaded, false);
         let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
-        let brief_work = self.work_steps(power) as f64 * self.dt_s <= HOLD_S;
+        let brief_work = self.work_steps(known) as f64 * self.dt_s <= HOLD_S;
         let late_restart = self.dt_s + FAN_RESPONSE_S;
         let stays_stopped = stop_safe
             || (brief_work
@@ -393,13 +400,15 @@ impl Controller for Predictive {
         self.junction_est_c = Some(junction_c);
         self.model.observe(obs.junction_c, obs.power_w, obs.fan_duty_pct);
         let steps = (HORIZON_S / self.dt_s).round() as usize;
-        let power = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
-        let reserve = self.surprise_reserve(&power, obs.load.is_some());
+        let known = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
+        let reserve = self.surprise_reserve(&known, obs.load.is_some());
+        let power = self.forecast.with_stream(&known, self.dt_s);
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
         let budget_c = limit - margin;
-        let (stop_safe, stays_stopped) = self.stop_plans(junction_c, &power, obs.load.is_some(), budget_c);
+        let (stop_safe, stays_stopped) =
+            self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c);
         if self.recent_stop_safe.len() == DOWN_DWELL {
             self.recent_stop_safe.pop_front();
         }
@@ -522,13 +531,13 @@ mod tests {
         let band: Vec<f64> = (40..90)
             .map(f64::from)
             .filter(|&tj| {
-                let (safe, stays) = c.stop_plans(tj, &turn, true, budget);
+                let (safe, stays) = c.stop_plans(tj, &turn, &turn, true, budget);
                 stays && !safe
             })
             .collect();
         assert!(!band.is_empty(), "a late restart never helps");
         for tj in (40..90).map(f64::from) {
-            let (safe, stays) = c.stop_plans(tj, &long, true, budget);
+            let (safe, stays) = c.stop_plans(tj, &long, &long, true, budget);
             assert_eq!(safe, stays, "long work at {tj} °C");
         }
     }
