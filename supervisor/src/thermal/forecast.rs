@@ -1,6 +1,7 @@
 //! Power over the next seconds from the engine's queue: queued prefill, active decode streams
 //! and their remaining tokens, with per-phase power and engine rates learned from what the
-//! device and the engine show. Also the size of a prompt that may arrive unannounced.
+//! device and the engine show; the requests still to come where they arrive while the engine
+//! works; and the size of a prompt (or burst of prompts) that may arrive unannounced.
 
 use std::collections::VecDeque;
 
@@ -269,19 +270,8 @@ impl PowerForecast {
     pub fn with_stream(&self, known: &[f64], dt_s: f64) -> Vec<f64> {
         let stream_w = if self.arrives_while_busy() { self.stream_w() } else { 0.0 };
         let drained = known.iter().rposition(|&p| p != self.idle_w).map_or(0, |k| k + 1);
-        known
-            .iter()
-            .enumerate()
-            .map(
-                |(k, &p)| {
-                    if k < drained {
-                        p
-                    } else {
-                        p + stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp()
-                    }
-                },
-            )
-            .collect()
+        let still_to_come = |k: usize| stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp();
+        known.iter().enumerate().map(|(k, &p)| if k < drained { p } else { p + still_to_come(k) }).collect()
     }
 
     /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too

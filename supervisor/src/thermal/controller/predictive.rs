@@ -1,4 +1,5 @@
-//! The model-predictive controller: each period it forecasts power from the engine's queue,
+//! The model-predictive controller: each period it forecasts power from the engine's queue (and
+//! the requests still to come, where they keep arriving while it works),
 //! predicts the junction with the learned model and picks the slowest duty that, held for a
 //! while and then followed by full speed, keeps the junction under the limit over the horizon —
 //! with room kept for a large prompt arriving unannounced. Rate limits and hysteresis keep the
