@@ -114,7 +114,7 @@ fn stock_peak_ceiling_is_stocks_own_peak_and_predictive_holds_it() {
 /// (6.4 s over the limit on this run before the forecast counted the stream).
 #[test]
 fn a_stream_of_small_requests_stays_under_the_limit() {
-    assert_predictive_stays_under_the_limit("rtx4090-hot-case.toml", "code-assist-holdout.csv", 1500);
+    assert_predictive_stays_under_the_limit("rtx4090-hot-case.toml", "code-assist-holdout.csv", 1500, 1);
 }
 
 /// An office sharing a 575 W card: a document tool sends several large prompts at once while the
@@ -122,14 +122,24 @@ fn a_stream_of_small_requests_stays_under_the_limit() {
 /// (14.1 s over the limit on this run before the forecast remembered bursts as one surprise).
 #[test]
 fn prompts_arriving_together_stay_under_the_limit() {
-    assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "office-holdout.csv", 1800);
+    assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "office-holdout.csv", 1800, 1);
+}
+
+/// Completions resuming after a pause on the 575 W card: measured over the last minute, the
+/// rate of the burst was diluted by the pause, the plan expected less heat than came, and the fan
+/// stayed stopped, then slow, for 40 s (2.2 s over the limit on this run before the rate was
+/// measured over the burst's own span).
+#[test]
+fn a_burst_of_completions_after_a_pause_stays_under_the_limit() {
+    assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "code-assist-holdout.csv", 2460, 8);
 }
 
 /// The predictive controller alone on a shipped plant and trace, cut at `duration_s`.
-fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32) {
+fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32, seed: u32) {
     let trace = repo().join("thermal/traces").join(trace);
-    let duration = duration_s.to_string();
-    let report = bench_json(plant, &trace, &["--controller", "predictive", "--duration", &duration]);
+    let (duration, seed) = (duration_s.to_string(), seed.to_string());
+    let args = ["--controller", "predictive", "--duration", &duration, "--seed", &seed];
+    let report = bench_json(plant, &trace, &args);
     let p = &report["controllers"]["predictive"];
     assert_eq!(p["seconds_over_limit"], 0.0, "{plant} on {}: {p}", trace.display());
 }

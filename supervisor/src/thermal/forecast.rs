@@ -31,7 +31,8 @@ const MIN_GAPS: u32 = 3;
 const GAP_RELAX_CAP: f64 = 3.0;
 /// Prior decode power for one stream and the extra per stream, until measured.
 const DECODE_PRIOR_W: (f64, f64) = (180.0, 10.0);
-/// Arrivals over this window give the rate of the requests still to come ...
+/// Arrivals over this window (or over the span since the first of them, where a burst began
+/// within it) give the rate of the requests still to come ...
 const STREAM_WINDOW_S: f64 = 60.0;
 /// ... whose power a plan expects to fade over this time constant: a burst seen for the last
 /// minute is expected to last about half as long again (each period re-plans while it lasts).
@@ -251,10 +252,18 @@ impl PowerForecast {
     }
 
     /// Mean power (W above idle) that requests not yet arrived would draw if they kept coming at
-    /// the rate of the last minute: a stream of small requests (completions while someone types)
+    /// the rate of the last minute (of the burst, where one began within it): a stream of small requests (completions while someone types)
     /// heats the heatsink as much as one long answer, though each is over in a second or two.
     pub fn stream_w(&self) -> f64 {
-        let rate = self.recent_arrivals.len() as f64 / STREAM_WINDOW_S;
+        // Over the whole window, or over the span its arrivals cover up to now if higher: a
+        // burst that began after a pause is not diluted by the pause.
+        let n = self.recent_arrivals.len();
+        let over_window = n as f64 / STREAM_WINDOW_S;
+        let over_burst = match self.recent_arrivals.front() {
+            Some(&first) if n > 1 => (n - 1) as f64 / (self.clock_s - first).max(f64::EPSILON),
+            _ => 0.0,
+        };
+        let rate = over_window.max(over_burst);
         let prefill_s = self.typical_prompt_tokens / self.prefill_tokens_per_s;
         let decode_s = self.typical_output_tokens / self.decode_tokens_per_s;
         let energy_j = prefill_s * (self.prefill_w - self.idle_w).max(0.0)
@@ -500,6 +509,32 @@ mod tests {
         assert_eq!(f.stream_w(), 0.0, "a minute without arrivals ends the stream");
         let idle = vec![f.idle_w(); 90];
         assert_eq!(f.with_stream(&idle, 1.0), idle);
+    }
+
+    /// Completions resuming after a pause: the rate is that of the burst since it began, not
+    /// diluted by the quiet part of the last minute.
+    #[test]
+    fn a_burst_after_a_pause_is_not_diluted_by_the_pause() {
+        let mut f = PowerForecast::new();
+        let arrive_every = |f: &mut PowerForecast, ids: std::ops::RangeInclusive<u32>, gap_s: u32| {
+            let first = *ids.start();
+            for id in ids {
+                // Each arrives while the one before still decodes (from the second on).
+                let previous = (id > first).then(|| slot(id - 1, 500, 500, 2));
+                f.observe(&signal(previous.into_iter().chain([slot(id, 500, 0, 10)]).collect()), 300.0, 1.0);
+                for _ in 1..gap_s {
+                    f.observe(&signal(vec![slot(id, 500, 500, 5)]), 200.0, 1.0);
+                }
+            }
+        };
+        arrive_every(&mut f, 1..=20, 4);
+        let every_four_s = f.stream_w();
+        for _ in 0..60 {
+            f.observe(&LoadSignal::default(), 30.0, 1.0);
+        }
+        arrive_every(&mut f, 21..=30, 2);
+        let every_two_s = f.stream_w();
+        assert!(every_two_s > 1.5 * every_four_s, "{every_two_s} vs {every_four_s}");
     }
 
     /// A tool that sends several documents at once: their prefills run back to back, so the
