@@ -252,8 +252,9 @@ impl PowerForecast {
     }
 
     /// Mean power (W above idle) that requests not yet arrived would draw if they kept coming at
-    /// the rate of the last minute (of the burst, where one began within it): a stream of small requests (completions while someone types)
-    /// heats the heatsink as much as one long answer, though each is over in a second or two.
+    /// the rate of the last minute (of the burst, where one began within it): a stream of small
+    /// requests (completions while someone types) heats the heatsink as much as one long answer,
+    /// though each is over in a second or two.
     pub fn stream_w(&self) -> f64 {
         // Over the whole window, or over the span its arrivals cover up to now if higher: a
         // burst that began after a pause is not diluted by the pause.
