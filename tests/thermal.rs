@@ -134,6 +134,18 @@ fn a_burst_of_completions_after_a_pause_stays_under_the_limit() {
     assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "code-assist-holdout.csv", 2460, 8);
 }
 
+/// The same completions on a blower that never stops: the stream guards a stopped fan's restart,
+/// and counted here it ran the fan above target's mean (63.3 % against 61.1 % over these 900 s).
+#[test]
+fn a_fan_that_never_stops_does_not_pay_for_the_stream() {
+    let trace = repo().join("thermal/traces/code-assist-holdout.csv");
+    let report = bench_json("rtx2080ti-blower.toml", &trace, &["--duration", "900"]);
+    let (p, target) = (&report["controllers"]["predictive"], &report["controllers"]["target"]);
+    assert_eq!(p["seconds_over_limit"], 0.0, "{p}");
+    let mean = |c: &serde_json::Value| c["mean_duty_pct"].as_f64().unwrap();
+    assert!(mean(p) < mean(target), "predictive {p} vs target {target}");
+}
+
 /// The predictive controller alone on a shipped plant and trace, cut at `duration_s`.
 fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32, seed: u32) {
     let trace = repo().join("thermal/traces").join(trace);

@@ -1,5 +1,5 @@
-//! The model-predictive controller: each period it forecasts power from the engine's queue (and
-//! the requests still to come, where they keep arriving while it works),
+//! The model-predictive controller: each period it forecasts power from the engine's queue (and,
+//! for a fan that can stop, the requests still to come where they keep arriving while it works),
 //! predicts the junction with the learned model and picks the slowest duty that, held for a
 //! while and then followed by full speed, keeps the junction under the limit over the horizon —
 //! with room kept for a large prompt arriving unannounced. Rate limits and hysteresis keep the
@@ -403,7 +403,11 @@ impl Controller for Predictive {
         let steps = (HORIZON_S / self.dt_s).round() as usize;
         let known = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
         let reserve = self.surprise_reserve(&known, obs.load.is_some());
-        let power = self.forecast.with_stream(&known, self.dt_s);
+        // The requests still to come keep a stopped fan from putting its restart off period after
+        // period while the heatsink warms. A fan that never stops answers them within its lag
+        // from where it runs, so its plans see the queue alone (the surprise reserve stays).
+        let power =
+            if self.limits.zero_rpm { self.forecast.with_stream(&known, self.dt_s) } else { known.clone() };
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
