@@ -279,9 +279,15 @@ impl PowerForecast {
     /// surprise reserve covers the next one and `known` is returned as it is.
     pub fn with_stream(&self, known: &[f64], dt_s: f64) -> Vec<f64> {
         let stream_w = if self.arrives_while_busy() { self.stream_w() } else { 0.0 };
-        let drained = known.iter().rposition(|&p| p != self.idle_w).map_or(0, |k| k + 1);
+        let drained = self.work_steps(known);
         let still_to_come = |k: usize| stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp();
         known.iter().enumerate().map(|(k, &p)| if k < drained { p } else { p + still_to_come(k) }).collect()
+    }
+
+    /// Steps of `power` (from [`Self::power`]) until the known work drains: with no new
+    /// arrivals, once idle it stays idle.
+    pub fn work_steps(&self, power: &[f64]) -> usize {
+        power.iter().rposition(|&p| p != self.idle_w).map_or(0, |k| k + 1)
     }
 
     /// Whether a new prompt may arrive while the engine is busy (busy arrivals seen, or too

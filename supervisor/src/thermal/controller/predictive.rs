@@ -254,7 +254,7 @@ impl Predictive {
         }
         let any_time = self.surprise_reserve_with(known, loaded, false);
         let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
-        let brief_work = self.work_steps(known) as f64 * self.dt_s <= HOLD_S;
+        let brief_work = self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
         let late_restart = self.dt_s + FAN_RESPONSE_S;
         let stays_stopped = stop_safe
             || (brief_work
@@ -283,7 +283,7 @@ impl Predictive {
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
         let mut power_j = self.model.power_j_w().unwrap_or(idle_w);
-        let drained = if loaded { self.work_steps(power) } else { 0 };
+        let drained = if loaded { self.forecast.work_steps(power) } else { 0 };
         let quiet_s = self.forecast.quiet_after_idle_s();
         let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
         let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
@@ -301,13 +301,6 @@ impl Predictive {
                 }
             })
             .collect()
-    }
-
-    /// Steps until the known work drains (the forecast has no new arrivals: once idle it stays
-    /// idle).
-    fn work_steps(&self, power: &[f64]) -> usize {
-        let idle_w = self.forecast.idle_w();
-        power.iter().rposition(|&p| p != idle_w).map_or(0, |k| k + 1)
     }
 
     /// Replays the last `BIAS_WINDOW_S` through the current model and folds how much warmer the
