@@ -220,6 +220,73 @@ fn garbage_and_missing_files_become_warnings() {
     assert_eq!(device(&detection, "0000:c3:00.0")["arch"], "gfx1151");
 }
 
+/// `h200-vm` was captured on a real H200 (a Firecracker VM, the open kernel module 580.159.04)
+/// by `ci/device-check.sh`: the tree, NVML's answers (`nvml.json`) and what `lucebox detect`
+/// printed there through the real NVML (`live-detect.json`). With the fake NVML fed those
+/// answers, the tree must detect as the machine did.
+#[test]
+fn a_host_captured_on_a_real_h200_detects_as_it_did_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = build_fake_nvml(dir.path());
+    let root = host_fixture("h200-vm");
+    let captured = json_of(&run_ok(
+        lucebox()
+            .args(["detect", "--json", "--root"])
+            .arg(&root)
+            .arg("--nvml-lib")
+            .arg(&lib)
+            .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
+    ));
+    let live: Value = serde_json::from_slice(&std::fs::read(root.join("live-detect.json")).unwrap()).unwrap();
+    let facts = |d: &Value| {
+        let keys =
+            ["id", "vendor", "model", "pci_id", "arch", "memory", "driver", "sources", "accessible", "uid"];
+        keys.map(|k| (k, d[k].clone())).to_vec()
+    };
+    let (live_gpu, captured_gpu) = (device(&live, "0000:00:06.0"), device(&captured, "0000:00:06.0"));
+    assert_eq!(facts(captured_gpu), facts(live_gpu));
+    assert_eq!(captured_gpu["arch"], "sm_90");
+    assert_eq!(captured["host"]["drivers"]["cuda"], live["host"]["drivers"]["cuda"]);
+}
+
+/// Without NVML the open kernel module's `/proc/driver/nvidia/version` still names the driver.
+#[test]
+fn the_open_kernel_module_names_the_driver_without_nvml() {
+    let detection = detect_json("h200-vm");
+    let gpu = device(&detection, "0000:00:06.0");
+    assert_eq!(gpu["sources"], serde_json::json!(["pci", "proc-nvidia"]));
+    assert_eq!(gpu["model"], "H200", "from /proc/driver/nvidia/gpus/*/information");
+    assert_eq!(gpu["driver"]["version"], "580.159.04");
+    assert_eq!(detection["host"]["drivers"]["nvidia"], "580.159.04");
+}
+
+/// `capture_host.py` is how a real machine becomes a fixture: re-capturing each tree through it
+/// must keep everything `lucebox detect` sees.
+#[test]
+fn recapturing_a_tree_keeps_what_detect_sees() {
+    let fixtures = repo_root().join("tests/fixtures/hosts");
+    let out = tempfile::tempdir().unwrap();
+    let detect_text = |root: &std::path::Path| {
+        let output = run_ok(lucebox().args(["detect", "--json", "--root"]).arg(root));
+        String::from_utf8(output.stdout).unwrap().replace(&root.display().to_string(), "<root>")
+    };
+    let mut compared = 0;
+    for entry in std::fs::read_dir(&fixtures).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        let copy = out.path().join(entry.file_name());
+        let status = std::process::Command::new("python3")
+            .arg(fixtures.join("capture_host.py"))
+            .arg(&copy)
+            .arg(entry.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run python3");
+        assert!(status.success(), "capture of {:?}", entry.file_name());
+        assert_eq!(detect_text(&copy), detect_text(&entry.path()), "{:?}", entry.file_name());
+        compared += 1;
+    }
+    assert!(compared >= 10, "{compared}");
+}
+
 #[test]
 fn json_snapshots_of_every_fixture() {
     let mut names: Vec<String> = std::fs::read_dir(repo_root().join("tests/fixtures/hosts"))
@@ -229,7 +296,7 @@ fn json_snapshots_of_every_fixture() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert!(names.len() >= 9, "{names:?}");
+    assert!(names.len() >= 10, "{names:?}");
     for name in names {
         let detection = detect_json(&name);
         insta::with_settings!({snapshot_path => repo_root().join("tests/snapshots"), prepend_module_to_snapshot => false}, {

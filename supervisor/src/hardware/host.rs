@@ -123,11 +123,13 @@ pub fn parse_cpuinfo(text: &str) -> CpuInfo {
 }
 
 /// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 ...` → `550.54.14`.
+/// The open modules (the default since 560) put the architecture after the name:
+/// `NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...`.
 pub fn parse_nvidia_proc_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
     let after = line.split("Kernel Module").nth(1)?;
-    let version = after.split_whitespace().next()?;
-    version.chars().all(|c| c.is_ascii_digit() || c == '.').then(|| version.to_string())
+    let is_version = |w: &&str| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.');
+    after.split_whitespace().find(is_version).map(str::to_string)
 }
 
 fn amdgpu_version(root: &SysRoot) -> Option<String> {
@@ -193,6 +195,9 @@ mod tests {
     fn parses_nvidia_driver_version() {
         let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\nGCC version:  gcc version 12.2.0";
         assert_eq!(parse_nvidia_proc_version(text).as_deref(), Some("550.54.14"));
+        // As an H200 with the open module showed it (tests/fixtures/hosts/h200-vm).
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \nGCC version:  gcc version 15.3.0 (GCC)";
+        assert_eq!(parse_nvidia_proc_version(open).as_deref(), Some("580.159.04"));
         assert_eq!(parse_nvidia_proc_version("garbage"), None);
         assert_eq!(parse_nvidia_proc_version("NVRM version: NVIDIA UNIX Kernel Module  <bad>"), None);
     }
