@@ -2,14 +2,15 @@
 #   each_run: prints "plant trace ceiling" for every run of RUNS, at the plant's limit and at
 #             --ceiling stock-peak, in the table's order. The plants and traces came in sets:
 #             RUNS=first (default) is the tuning plants and traces with the first held-out plant
-#             and trace; RUNS=second or third, the runs a later held-out set added (its plants on
-#             every trace so far, the earlier plants on its trace); RUNS=all, every plant on every
-#             trace.
+#             and trace; RUNS=second, third or fourth, the runs a later held-out set added (its
+#             plants on every trace so far, the earlier plants on its trace); RUNS=all, every
+#             plant on every trace.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
-  "rx7900xtx-ref")
-TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout")
+  "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple")
+TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
+  "kb-assistant-holdout")
 
 each_run() {
   local ceiling
@@ -18,8 +19,9 @@ each_run() {
       first) set_runs 1 "$ceiling" ;;
       second) set_runs 2 "$ceiling" ;;
       third) set_runs 3 "$ceiling" ;;
+      fourth) set_runs 4 "$ceiling" ;;
       all) runs_of "${PLANT_SETS[*]}" "${TRACE_SETS[*]}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third or all, not $RUNS" >&2; return 2 ;;
+      *) echo "RUNS must be first, second, third, fourth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
 }

@@ -121,6 +121,27 @@ def office(seed=6, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def kb_assistant(seed=7, duration=3600.0):
+    """Fourth held-out trace: a team's knowledge-base assistant. A few people ask
+    retrieval-augmented questions (3-12 k tokens of retrieved text, 100-600-token answers) with
+    follow-ups 30-120 s later; questions come thicker in a 10-minute break; at 40 minutes a
+    re-index queues 30 document summaries at once (2-6 k tokens in, 200-400 out)."""
+    rng = random.Random(seed)
+    rows, session, start = [], 0, rng.uniform(5.0, 60.0)
+    while start < duration:
+        session += 1
+        t = start
+        for _ in range(rng.randint(1, 4)):
+            rows.append((round(t, 1), rng.randint(3000, 12000), rng.randint(100, 600), f"q{session}"))
+            t += rng.uniform(30.0, 120.0)
+        busy = 1200.0 <= start < 1800.0
+        start += rng.expovariate(1.0 / (25.0 if busy else 110.0))
+    for i in range(30):
+        rows.append((round(2400.0 + rng.uniform(0.0, 2.0), 1), rng.randint(2000, 6000), rng.randint(200, 400), "index"))
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -128,3 +149,4 @@ if __name__ == "__main__":
     write("azure-style-holdout.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", azure_style())
     write("code-assist-holdout.csv", "t_s,prompt_tokens,output_tokens,session", code_assist())
     write("office-holdout.csv", "t_s,prompt_tokens,output_tokens,session", office())
+    write("kb-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", kb_assistant())
