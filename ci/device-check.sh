@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Detection on a real NVIDIA GPU: what the driver says (nvidia-smi, /proc, sysfs) beside what
 # `lucebox detect` and `lucebox plan` make of it through the real NVML and, with NVML hidden,
-# the real CUDA driver; then telemetry through NVML while the GPU works, and a capture of the
-# host tree (tests/fixtures/hosts/capture_host.py) for the detection tests.
+# the real CUDA driver; then what the fan loop reads through NVML (`thermal sensors`: the cost of
+# a read at idle, the readings while the GPU works), and a capture of the host tree
+# (tests/fixtures/hosts/capture_host.py) for the detection tests.
 #
 #   ci/device-check.sh LUCEBOX_BINARY OUT_DIR
 #
@@ -39,7 +40,10 @@ step "lucebox plan (no smoke start: no engine image here)"
 timed "$bin" plan --no-smoke -v
 "$bin" plan --no-smoke --json >"$out/plan.json"
 
-step "telemetry through NVML while the GPU works (15 s of bf16 matrix products)"
+address=$(python3 -c 'import json,sys; print(next(d["id"] for d in json.load(open(sys.argv[1]))["devices"] if d["vendor"]=="nvidia"))' "$out/detect-nvml.json")
+step "what the fan loop reads through NVML: idle, 200 reads 10 ms apart (the cost of a read)"
+"$bin" thermal sensors --vendor nvidia --device-id "$address" --samples 200 --period-ms 10 | tail -3
+step "what the fan loop reads through NVML while the GPU works (15 s of bf16 matrix products)"
 python3 - <<'EOF' &
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -50,21 +54,11 @@ while time.time() < end:
     torch.cuda.synchronize()
 EOF
 load=$!
-for i in $(seq 0 9); do
-  "$bin" detect --json | python3 -c '
-import json, sys
-for d in json.load(sys.stdin)["devices"]:
-    if d["vendor"] == "nvidia":
-        t = d["telemetry"]
-        print("t=%ss junction=%s C power=%s W fans=%s" % (sys.argv[1], t["temperature_c"], t["power_w"], t["fans"]))
-' "$((i * 2))"
-  sleep 2
-done
+"$bin" thermal sensors --vendor nvidia --device-id "$address" --samples 10 --period-ms 2000
 wait $load
 
 step "fan loop through NVML"
 fans=$(nvidia-smi --query-gpu=fan.speed --format=csv,noheader | head -1)
-address=$(python3 -c 'import json,sys; print(next(d["id"] for d in json.load(open(sys.argv[1]))["devices"] if d["vendor"]=="nvidia"))' "$out/detect-nvml.json")
 if [[ $fans == *N/A* ]]; then
   timed "$bin" thermal control --vendor nvidia --device-id "$address" --seconds 3 --state-dir "$(mktemp -d)"
 else

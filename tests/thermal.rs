@@ -356,6 +356,59 @@ fn fake_nvml(dir: &Path, temperature_c: u32) -> (PathBuf, PathBuf) {
     (lib, config)
 }
 
+/// `thermal sensors` reads what the fan loop reads (hwmon, NVML), with the limit the device
+/// publishes, and writes nothing: the tree's fan files and the fake NVML's log stay untouched.
+#[test]
+fn sensors_reads_what_the_loop_reads_and_writes_nothing() {
+    let (_dir, root) = fixture("rx6800-hwmon");
+    let hwmon = root.join(DEV).join("hwmon/hwmon2");
+    let before: Vec<String> = ["pwm1", "pwm1_enable"].iter().map(|f| read(&hwmon.join(f))).collect();
+    let out = ok(lucebox(
+        &["thermal", "sensors", "--root", root.to_str().unwrap(), "--device-id", "0000:03:00.0"]
+            .iter()
+            .copied()
+            .chain([
+                "--hwmon",
+                &format!("{DEV}/hwmon/hwmon2"),
+                "--samples",
+                "3",
+                "--period-ms",
+                "1",
+                "--json",
+            ])
+            .collect::<Vec<_>>(),
+    ));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["limit_c"], 95.0, "temp2_crit 110 °C less 15: {report:#}");
+    assert_eq!(report["readings"].as_array().unwrap().len(), 3, "{report:#}");
+    assert_eq!(report["readings"][0]["junction_c"], 52.0, "temp2_input: {report:#}");
+    assert_eq!(report["readings"][0]["power_w"], 30.0, "power1_average: {report:#}");
+    assert!(report["cpu_us_per_read"].as_f64().unwrap() > 0.0, "{report:#}");
+    let after: Vec<String> = ["pwm1", "pwm1_enable"].iter().map(|f| read(&hwmon.join(f))).collect();
+    assert_eq!(before, after);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (lib, config) = fake_nvml(dir.path(), 71);
+    let log = dir.path().join("fan.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args(["thermal", "sensors", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
+        .arg(&lib)
+        .args(["--samples", "2", "--period-ms", "1"])
+        .env("FAKE_NVML_CONFIG", &config)
+        .env("FAKE_NVML_LOG", &log)
+        .output()
+        .unwrap();
+    let text = ok(out);
+    assert!(text.contains("junction 71.0 °C  power 28.0 W  fan - rpm / 30.0 %"), "{text}");
+    assert!(text.contains("2 reads, 0 failed"), "{text}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "", "NVML was asked to change nothing");
+
+    let missing = lucebox(&["thermal", "sensors", "--device-id", "0000:03:00.0", "--samples", "1"]);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("0000:03:00.0") && stderr.contains("no hwmon directory"), "{stderr}");
+}
+
 #[test]
 fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     let dir = tempfile::tempdir().unwrap();

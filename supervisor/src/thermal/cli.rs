@@ -20,6 +20,33 @@ pub enum ThermalCommand {
     Reset(ResetArgs),
     /// Run only the fan control loop on one device, without an engine (bring-up and tests).
     Control(ControlArgs),
+    /// Read one device's sensors as the fan loop does, and what a read costs; writes nothing.
+    Sensors(SensorsArgs),
+}
+
+#[derive(Args)]
+pub struct SensorsArgs {
+    /// Read sysfs below DIR instead of / (a captured tree).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// PCI address of the device.
+    #[arg(long)]
+    device_id: String,
+    #[arg(long, value_enum, default_value = "amd")]
+    vendor: VendorArg,
+    /// hwmon directory relative to the root (AMD and CPU devices).
+    #[arg(long, value_name = "PATH")]
+    hwmon: Option<String>,
+    #[arg(long, value_name = "FILE", env = "LUCEBOX_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// How many reads.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    samples: u32,
+    /// Time between reads in milliseconds (the loop's period is 1000).
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -148,6 +175,7 @@ pub fn run(cmd: ThermalCommand) -> anyhow::Result<ExitCode> {
         ThermalCommand::Fit(args) => fit_command(args),
         ThermalCommand::Reset(args) => reset_command(args),
         ThermalCommand::Control(args) => control_command(args),
+        ThermalCommand::Sensors(args) => sensors_command(args),
     }
 }
 
@@ -262,14 +290,85 @@ fn reset_command(args: ResetArgs) -> anyhow::Result<ExitCode> {
     Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn control_command(args: ControlArgs) -> anyhow::Result<ExitCode> {
-    use crate::hardware::{Device, Telemetry, Vendor};
-    let root = sys_root(args.root.as_ref())?;
-    let vendor = match args.vendor {
+fn vendor_of(arg: VendorArg) -> crate::hardware::Vendor {
+    use crate::hardware::Vendor;
+    match arg {
         VendorArg::Amd => Vendor::Amd,
         VendorArg::Nvidia => Vendor::Nvidia,
         VendorArg::Cpu => Vendor::Cpu,
+    }
+}
+
+fn sensors_command(args: SensorsArgs) -> anyhow::Result<ExitCode> {
+    use crate::hardware::{Device, Telemetry};
+    let root = sys_root(args.root.as_ref())?;
+    let device = Device {
+        telemetry: Telemetry { hwmon_path: args.hwmon.clone(), ..Default::default() },
+        ..Device::new(&args.device_id, vendor_of(args.vendor), "")
     };
+    let mut sensors = super::sensors::for_device(&device, &root, args.nvml_lib.as_deref())
+        .with_context(|| format!("opening the sensors of {}", args.device_id))?;
+    let limit_c = sensors.limit_c();
+    let mut readings = Vec::new();
+    let mut failures = 0u32;
+    let (mut cpu, mut wall) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    for sample in 0..args.samples {
+        if sample > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(args.period_ms));
+        }
+        let (cpu_before, wall_before) = (super::daemon::thread_cpu_time(), std::time::Instant::now());
+        let reading = sensors.read();
+        cpu += super::daemon::thread_cpu_time().saturating_sub(cpu_before);
+        wall += wall_before.elapsed();
+        match reading {
+            Ok(r) => {
+                if !args.json {
+                    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                    println!(
+                        "junction {:.1} °C  power {} W  fan {} rpm / {} %",
+                        r.junction_c,
+                        show(r.power_w),
+                        show(r.fan_rpm),
+                        show(r.fan_duty_pct)
+                    );
+                }
+                readings.push(r);
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("read {sample}: {e}");
+            }
+        }
+    }
+    let per_read_us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(args.samples);
+    if args.json {
+        let readings: Vec<_> = readings
+            .iter()
+            .map(|r| {
+                serde_json::json!({"junction_c": r.junction_c, "power_w": r.power_w,
+                    "fan_rpm": r.fan_rpm, "fan_duty_pct": r.fan_duty_pct})
+            })
+            .collect();
+        let report = serde_json::json!({
+            "device_id": args.device_id, "limit_c": limit_c, "readings": readings, "failures": failures,
+            "cpu_us_per_read": per_read_us(cpu), "wall_us_per_read": per_read_us(wall),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "limit {limit_c:.1} °C; {} reads, {failures} failed; per read {:.0} µs of CPU (this thread), {:.0} µs wall",
+            args.samples,
+            per_read_us(cpu),
+            per_read_us(wall)
+        );
+    }
+    Ok(if failures == args.samples { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn control_command(args: ControlArgs) -> anyhow::Result<ExitCode> {
+    use crate::hardware::{Device, Telemetry, Vendor};
+    let root = sys_root(args.root.as_ref())?;
+    let vendor = vendor_of(args.vendor);
     let device = Device {
         arch: args.arch.clone(),
         integrated: args.hook.is_some() && vendor != Vendor::Nvidia,

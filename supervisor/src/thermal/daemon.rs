@@ -17,8 +17,8 @@ use super::learned::LearnedFiles;
 use super::model::ModelParams;
 use super::priors::CardPriors;
 use super::safety::{SafetyLayer, Verdict};
-use super::sensors::{HwmonSensors, NvmlSensors, SensorSource};
-use crate::hardware::{Device, SysRoot, Vendor};
+use super::sensors::{self, SensorSource};
+use crate::hardware::{Device, SysRoot};
 use crate::status::{Level, StatusModel, ThermalStatus};
 
 /// Knobs of the loop; the defaults are what `lucebox run` uses.
@@ -136,7 +136,7 @@ struct DeviceLoop {
 
 /// CPU time of the calling thread: a tick runs on one thread without yielding, so the difference
 /// around it is the tick's own cost, whatever else the runtime does meanwhile.
-fn thread_cpu_time() -> Duration {
+pub(super) fn thread_cpu_time() -> Duration {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec.clamp(0, 999_999_999) as u32)
 }
@@ -152,10 +152,7 @@ impl DeviceLoop {
     ) -> Option<Self> {
         let actuator =
             actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref())?;
-        let sensors: Box<dyn SensorSource> = match device.vendor {
-            Vendor::Nvidia => Box::new(NvmlSensors::open(&device.id, config.nvml_lib.as_deref()).ok()?),
-            _ => Box::new(HwmonSensors::new(root.path(device.telemetry.hwmon_path.as_ref()?))),
-        };
+        let sensors = sensors::for_device(device, root, config.nvml_lib.as_deref()).ok()?;
         let limit_c = sensors.limit_c();
         let range = actuator.range();
         let limits = DeviceLimits {

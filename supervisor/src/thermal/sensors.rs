@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::Nvml;
 
+use crate::hardware::{Device, SysRoot, Vendor};
+
 /// Where a device publishes no limit, this one is used.
 pub const DEFAULT_LIMIT_C: f64 = 90.0;
 /// The control limit sits this far under the card's critical junction temperature.
@@ -27,12 +29,34 @@ pub enum SensorError {
     Garbage { path: PathBuf, text: String },
     #[error("NVML: {0}")]
     Nvml(String),
+    #[error("{0}: no hwmon directory to read")]
+    NoHwmon(String),
 }
 
 pub trait SensorSource: Send {
     fn read(&mut self) -> Result<Readings, SensorError>;
     /// The junction limit the device publishes.
     fn limit_c(&self) -> f64;
+}
+
+/// The sensors of `device` as the fan loop reads them: NVML for NVIDIA, else the device's hwmon
+/// directory below `root`.
+pub fn for_device(
+    device: &Device,
+    root: &SysRoot,
+    nvml_lib: Option<&Path>,
+) -> Result<Box<dyn SensorSource>, SensorError> {
+    match device.vendor {
+        Vendor::Nvidia => Ok(Box::new(NvmlSensors::open(&device.id, nvml_lib)?)),
+        _ => {
+            let hwmon = device
+                .telemetry
+                .hwmon_path
+                .as_ref()
+                .ok_or_else(|| SensorError::NoHwmon(device.id.clone()))?;
+            Ok(Box::new(HwmonSensors::new(root.path(hwmon))))
+        }
+    }
 }
 
 /// amdgpu hwmon: `temp2_input` (junction, m°C; `temp1_input` where there is no junction
@@ -91,9 +115,13 @@ pub struct NvmlSensors {
 
 impl NvmlSensors {
     pub fn open(bus_id: &str, lib: Option<&Path>) -> Result<Self, SensorError> {
-        let nvml = super::actuator::load_nvml(lib).map_err(|e| SensorError::Nvml(e.to_string()))?;
-        let index =
-            super::actuator::nvml_index_of(&nvml, bus_id).map_err(|e| SensorError::Nvml(e.to_string()))?;
+        // The actuator's NVML errors already say "NVML".
+        let nvml_err = |e: super::actuator::ActuatorError| match e {
+            super::actuator::ActuatorError::Nvml(message) => SensorError::Nvml(message),
+            other => SensorError::Nvml(other.to_string()),
+        };
+        let nvml = super::actuator::load_nvml(lib).map_err(nvml_err)?;
+        let index = super::actuator::nvml_index_of(&nvml, bus_id).map_err(nvml_err)?;
         let limit_c = nvml
             .device_by_index(index)
             .and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown))
