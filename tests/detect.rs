@@ -18,6 +18,18 @@ fn device<'a>(detection: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no device {id} in {detection:#}"))
 }
 
+/// `detect --json` of the tree at `root` with the fake NVML `lib` answering from its `nvml.json`.
+fn detect_with_fake_nvml(root: &std::path::Path, lib: &std::path::Path) -> Value {
+    json_of(&run_ok(
+        lucebox()
+            .args(["detect", "--json", "--root"])
+            .arg(root)
+            .arg("--nvml-lib")
+            .arg(lib)
+            .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
+    ))
+}
+
 fn gpus(detection: &Value) -> Vec<&Value> {
     detection["devices"].as_array().unwrap().iter().filter(|d| d["vendor"] != "cpu").collect()
 }
@@ -108,15 +120,7 @@ fn nvml_path_through_the_real_nvml_wrapper_and_a_fake_library() {
     let lib = build_fake_nvml(dir.path());
     for fixture in ["rtx3090-desktop", "rtx2080ti", "rtx5090"] {
         let root = host_fixture(fixture);
-        let output = run_ok(
-            lucebox()
-                .args(["detect", "--json", "--root"])
-                .arg(&root)
-                .arg("--nvml-lib")
-                .arg(&lib)
-                .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
-        );
-        let detection = json_of(&output);
+        let detection = detect_with_fake_nvml(&root, &lib);
         let config: Value = serde_json::from_slice(&std::fs::read(root.join("nvml.json")).unwrap()).unwrap();
         let want = &config["devices"][0];
         let gpu = device(&detection, "0000:01:00.0");
@@ -229,14 +233,7 @@ fn a_host_captured_on_a_real_h200_detects_as_it_did_live() {
     let dir = tempfile::tempdir().unwrap();
     let lib = build_fake_nvml(dir.path());
     let root = host_fixture("h200-vm");
-    let captured = json_of(&run_ok(
-        lucebox()
-            .args(["detect", "--json", "--root"])
-            .arg(&root)
-            .arg("--nvml-lib")
-            .arg(&lib)
-            .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
-    ));
+    let captured = detect_with_fake_nvml(&root, &lib);
     let live: Value = serde_json::from_slice(&std::fs::read(root.join("live-detect.json")).unwrap()).unwrap();
     let facts = |d: &Value| {
         let keys =
