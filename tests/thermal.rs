@@ -1,15 +1,14 @@
 //! The thermal CLI end to end: bench output and determinism, offline fit, fan reset on captured
 //! sysfs trees, and the SIGKILL path (the fan is left low; `thermal reset` hands it back).
 
+mod common;
+
+use common::repo_root as repo;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const DEV: &str = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
 fn lucebox(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lucebox")).args(args).output().unwrap()
@@ -333,14 +332,7 @@ fn sigkill_while_fans_are_low_is_undone_by_reset() {
 
 /// Builds the fake libnvidia-ml.so.1 (tests/fake-nvml) with one two-fan GPU at `temperature_c`.
 fn fake_nvml(dir: &Path, temperature_c: u32) -> (PathBuf, PathBuf) {
-    let lib = dir.join("libnvidia-ml.so.1");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(repo().join("tests/fake-nvml/fake_nvml.c"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "building the fake NVML failed");
+    let lib = common::build_fake_nvml(dir);
     let config = dir.join("nvml.json");
     std::fs::write(
         &config,

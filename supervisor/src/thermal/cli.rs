@@ -342,13 +342,6 @@ fn sensors_command(args: SensorsArgs) -> anyhow::Result<ExitCode> {
     }
     let per_read_us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(args.samples);
     if args.json {
-        let readings: Vec<_> = readings
-            .iter()
-            .map(|r| {
-                serde_json::json!({"junction_c": r.junction_c, "power_w": r.power_w,
-                    "fan_rpm": r.fan_rpm, "fan_duty_pct": r.fan_duty_pct})
-            })
-            .collect();
         let report = serde_json::json!({
             "device_id": args.device_id, "limit_c": limit_c, "readings": readings, "failures": failures,
             "cpu_us_per_read": per_read_us(cpu), "wall_us_per_read": per_read_us(wall),

@@ -13,7 +13,7 @@ pub const DEFAULT_LIMIT_C: f64 = 90.0;
 /// The control limit sits this far under the card's critical junction temperature.
 const LIMIT_BELOW_CRITICAL_C: f64 = 15.0;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Readings {
     pub junction_c: f64,
     pub power_w: Option<f64>,
