@@ -242,6 +242,64 @@ fn bad_plant_key_is_named_with_the_file() {
     assert!(err.contains("bad.toml") && err.contains("lag_seconds"), "{err}");
 }
 
+/// Reads a telemetry CSV into rows of named fields.
+fn read_telemetry(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines
+        .map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            assert_eq!(fields.len(), header.len(), "{l}");
+            header.iter().cloned().zip(fields.into_iter().map(String::from)).collect()
+        })
+        .collect()
+}
+
+/// The telemetry of a predictive run says, period by period, what its plans weighed, consistent
+/// with the command it gave; other controllers leave those columns empty, and `fit` still reads
+/// the log (see the next test, which fits a stock log with the same header).
+#[test]
+fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
+    let dir = tempfile::tempdir().unwrap();
+    let plant = repo().join("thermal/plants/rtx4070-itx.toml");
+    let trace = repo().join("thermal/traces/code-assist-holdout.csv");
+    let log = dir.path().join("predictive.csv");
+    let args = ["--controller", "predictive", "--duration", "700", "--telemetry-of", "predictive"];
+    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
+    let rows = read_telemetry(&log);
+    assert_eq!(rows.len(), 700);
+    let num = |row: &std::collections::HashMap<String, String>, key: &str| -> f64 {
+        row[key].parse().unwrap_or_else(|_| panic!("{key} = {:?} at t = {}", row[key], row["t_s"]))
+    };
+    let (mut stopped_plans, mut running_plans) = (0, 0);
+    for row in &rows {
+        let (command, floor, required) =
+            (num(row, "command_pct"), num(row, "reactive_floor_pct"), num(row, "required_pct"));
+        let (stop_safe, stays) = (num(row, "stop_safe"), num(row, "stays_stopped"));
+        assert!(command >= floor, "command under the reactive floor at t = {}", row["t_s"]);
+        assert!(num(row, "budget_c") < 88.0, "budget at or over the 88 °C limit at t = {}", row["t_s"]);
+        assert!(num(row, "reserve_max_c") >= 0.0 && num(row, "stream_w") >= 0.0);
+        assert!(stop_safe <= stays, "safe to stop but not to stay stopped at t = {}", row["t_s"]);
+        if stays == 1.0 {
+            assert_eq!(required, 0.0, "a fan that may stay stopped requires nothing, t = {}", row["t_s"]);
+            stopped_plans += 1;
+        } else {
+            assert!(required >= 30.0, "a running plan below the 30 % floor at t = {}", row["t_s"]);
+            running_plans += 1;
+        }
+        assert!((num(row, "est_c") - num(row, "junction_c")).abs() <= 3.0, "estimate far from reading");
+    }
+    assert!(stopped_plans > 100 && running_plans > 20, "{stopped_plans} stopped, {running_plans} running");
+
+    let stock_log = dir.path().join("stock.csv");
+    let args = ["--controller", "stock", "--duration", "30", "--telemetry-of", "stock"];
+    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", stock_log.to_str().unwrap()]].concat()));
+    let stock = read_telemetry(&stock_log);
+    assert!(stock.iter().all(|r| r["required_pct"].is_empty() && r["stays_stopped"].is_empty()));
+    assert!(stock.iter().all(|r| !r["command_pct"].is_empty()));
+}
+
 #[test]
 fn fit_recovers_the_junction_resistance_from_bench_telemetry() {
     let dir = tempfile::tempdir().unwrap();

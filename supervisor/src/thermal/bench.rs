@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::controller::{Controller, DeviceLimits, Observation, Oracle, Predictive, Stock, Target};
+use super::controller::{
+    Controller, DecisionDetail, DeviceLimits, Observation, Oracle, Predictive, Stock, Target,
+};
 use super::forecast::PowerForecast;
 use super::learned::LearnedFiles;
 use super::model::ModelParams;
@@ -81,22 +83,31 @@ pub struct TelemetryRow {
     pub fan_rpm: f64,
     pub true_junction_c: f64,
     pub command_pct: f64,
+    /// Why the predictive controller chose the command (empty columns for the others).
+    pub detail: Option<DecisionDetail>,
 }
 
-/// Header of the telemetry CSV.
-pub const TELEMETRY_HEADER: &str = "t_s,junction_c,power_w,fan_duty_pct,fan_rpm,true_junction_c,command_pct";
+/// Header of the telemetry CSV: what a device would log, the bench's truth, then the predictive
+/// controller's [`DecisionDetail`].
+pub fn telemetry_header() -> String {
+    format!(
+        "t_s,junction_c,power_w,fan_duty_pct,fan_rpm,true_junction_c,command_pct,{}",
+        DecisionDetail::CSV_HEADER
+    )
+}
 
 impl TelemetryRow {
     pub fn csv(&self) -> String {
         format!(
-            "{:.1},{:.1},{:.1},{:.1},{:.0},{:.2},{:.1}",
+            "{:.1},{:.1},{:.1},{:.1},{:.0},{:.2},{:.1},{}",
             self.t_s,
             self.junction_c,
             self.power_w,
             self.fan_duty_pct,
             self.fan_rpm,
             self.true_junction_c,
-            self.command_pct
+            self.command_pct,
+            self.detail.map_or_else(|| DecisionDetail::CSV_EMPTY.to_string(), |d| d.csv())
         )
     }
 }
@@ -290,12 +301,12 @@ fn simulate(
                 fan_duty_pct: state.fan_duty_pct.round(),
                 load: Some(engine.load_signal()),
             };
-            let next = match &mut driver {
-                Driver::Oracle(oracle) => oracle.decide(&state, step),
+            let (next, detail) = match &mut driver {
+                Driver::Oracle(oracle) => (oracle.decide(&state, step), None),
                 Driver::Observing(controller) => {
                     let duty = controller.decide(&obs);
                     predictions.push(controller.prediction_30s_c());
-                    duty
+                    (duty, controller.detail())
                 }
             };
             if let Some(log) = telemetry.as_deref_mut() {
@@ -307,6 +318,7 @@ fn simulate(
                     fan_rpm: state.rpm(spec).round(),
                     true_junction_c: state.junction_c,
                     command_pct: next,
+                    detail,
                 });
             }
             let effective = spec.effective_duty(next);

@@ -223,7 +223,7 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let report = bench::run(&spec, &requests, &options)?;
     if let Some(path) = &args.telemetry {
-        let mut csv = String::from(bench::TELEMETRY_HEADER);
+        let mut csv = bench::telemetry_header();
         csv.push('\n');
         for row in &report.telemetry {
             csv.push_str(&row.csv());

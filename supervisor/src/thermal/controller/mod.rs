@@ -52,6 +52,54 @@ pub struct Observation {
     pub load: Option<LoadSignal>,
 }
 
+/// Why the predictive controller chose its last duty: the quantities its plans weighed, for the
+/// bench's telemetry (`thermal bench --telemetry`), so a run can be read period by period.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecisionDetail {
+    /// Filtered junction estimate the plans started from.
+    pub junction_est_c: f64,
+    /// What the plans had to stay under: the limit less the margin and the model's recent bias.
+    pub budget_c: f64,
+    /// How much warmer than the replayed model the junction has lately run.
+    pub model_bias_c: f64,
+    /// Largest room kept over the horizon for a prompt arriving unannounced.
+    pub reserve_max_c: f64,
+    /// Power the plans expect from requests not yet arrived, right after the queue drains (0
+    /// where the queue fills the horizon, or for a fan that never stops: its plans see the queue
+    /// alone).
+    pub stream_w: f64,
+    /// A zero-rpm fan could stop with room for a prompt at any time.
+    pub stop_safe: bool,
+    /// A stopped fan may stay stopped now.
+    pub stays_stopped: bool,
+    /// The lowest duty whose plan holds, before rate limits and hysteresis.
+    pub required_pct: f64,
+    /// What the reactive curve near the limit demanded (the forecast is never trusted below it).
+    pub reactive_floor_pct: f64,
+}
+
+impl DecisionDetail {
+    /// Column names of [`Self::csv`], in order.
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct";
+    /// Empty fields for a controller without a detail.
+    pub const CSV_EMPTY: &'static str = ",,,,,,,,";
+
+    pub fn csv(&self) -> String {
+        format!(
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1}",
+            self.junction_est_c,
+            self.budget_c,
+            self.model_bias_c,
+            self.reserve_max_c,
+            self.stream_w,
+            u8::from(self.stop_safe),
+            u8::from(self.stays_stopped),
+            self.required_pct,
+            self.reactive_floor_pct
+        )
+    }
+}
+
 /// A controller the bench and the daemon can run: one duty per observation.
 pub trait Controller {
     fn name(&self) -> &'static str;
@@ -67,6 +115,10 @@ pub trait Controller {
     }
     /// What the controller has learned, to keep across restarts, if it learns.
     fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
+        None
+    }
+    /// Why the last duty was chosen, if the controller plans.
+    fn detail(&self) -> Option<DecisionDetail> {
         None
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::{interpolate, Controller, DeviceLimits, Observation};
+use super::{interpolate, Controller, DecisionDetail, DeviceLimits, Observation};
 use crate::thermal::forecast::PowerForecast;
 use crate::thermal::model::{ModelParams, ThermalModel, JUNCTION_TAU_S};
 
@@ -92,6 +92,7 @@ pub struct Predictive {
     model_bias_c: f64,
     /// Periods before the rest of a split drop may follow.
     down_wait: usize,
+    detail: Option<DecisionDetail>,
 }
 
 /// One period as the model saw it: the state at its start and the inputs over it.
@@ -119,6 +120,7 @@ impl Predictive {
             replay: VecDeque::new(),
             model_bias_c: 0.0,
             down_wait: 0,
+            detail: None,
         }
     }
 
@@ -428,6 +430,18 @@ impl Controller for Predictive {
         }
         let duty = duty.max(floor);
         self.duty = Some(duty);
+        let drained = self.forecast.work_steps(&known);
+        self.detail = Some(DecisionDetail {
+            junction_est_c: junction_c,
+            budget_c,
+            model_bias_c: self.model_bias_c,
+            reserve_max_c: reserve.iter().copied().fold(0.0, f64::max),
+            stream_w: power.get(drained).zip(known.get(drained)).map_or(0.0, |(p, k)| p - k),
+            stop_safe,
+            stays_stopped,
+            required_pct: required,
+            reactive_floor_pct: floor,
+        });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
         let mut ahead = None;
@@ -457,6 +471,10 @@ impl Controller for Predictive {
 
     fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
         Some((&self.model.params, &self.forecast))
+    }
+
+    fn detail(&self) -> Option<DecisionDetail> {
+        self.detail
     }
 }
 
