@@ -189,6 +189,28 @@ async fn the_loop_publishes_the_cpu_time_it_uses() {
     rig.stop().await;
 }
 
+/// While the predictive controller drives the fan the status says why it runs at that duty, with
+/// the numbers its plans weighed; a safe mode has no plan and says nothing of the kind.
+#[tokio::test]
+async fn the_status_says_why_the_fan_runs_at_its_duty_while_the_controller_drives_it() {
+    let rig = Rig::start("rx6800-hwmon", "gfx1030", "hwmon2");
+    rig.until_driven().await;
+    let thermal = || rig.status.snapshot().thermal.get("0000:03:00.0").cloned().expect("published");
+    assert!(eventually(|| thermal().why.is_some(), |_| {}).await, "{:?}", thermal());
+    let t = thermal();
+    let (why, decision) = (t.why.unwrap(), t.decision.expect("the plans' numbers beside the line"));
+    assert_eq!(t.mode, "predictive");
+    assert!(why.starts_with("stopped") || why.contains(" % "), "{why}");
+    assert!(decision.budget_c < t.limit_c.unwrap(), "{decision:?}");
+    let json = serde_json::to_value(rig.status.snapshot().thermal).unwrap();
+    assert!(json["0000:03:00.0"]["decision"]["required_pct"].is_number(), "{json}");
+    rig.write("temp2_input", "garbage\n");
+    assert!(eventually(|| thermal().mode == "firmware-auto", |_| {}).await, "{:?}", thermal());
+    let t = thermal();
+    assert!(t.why.is_none() && t.decision.is_none(), "{t:?}");
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn junction_file_vanishing_hands_back_to_firmware() {
     let rig = Rig::start("rx6800-hwmon", "gfx1030", "hwmon2");

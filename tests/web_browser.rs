@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use common::{free_port, llama_server as engine_binary, tiny_model};
 use lucebox::hardware::{self, DetectOptions, SysRoot};
 use lucebox::status::{unix_ms, EngineState, EngineStatus, Level, LoadSnapshot, StatusModel, ThermalStatus};
+use lucebox::thermal::controller::DecisionDetail;
 use lucebox::web::{Limits, NoActions};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
@@ -246,6 +247,8 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
                 actuator: "od-fan-curve".into(),
                 loop_cpu_s: 0.0393,
                 loop_cpu_pct: Some(0.0131),
+                why: Some(fan_decision().reason(40.0)),
+                decision: Some(fan_decision()),
                 ..ThermalStatus::default()
             },
         );
@@ -316,6 +319,7 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     assert_eq!(thermal[0][0], "0000:03:00.0", "{thermal}");
     assert_eq!(thermal[0][4], "predictive via od-fan-curve", "{thermal}");
     assert_eq!(thermal[0][6], "0.013 %", "the loop's CPU share: {thermal}");
+    assert_eq!(thermal[0][7], fan_decision().reason(40.0).as_str(), "why the fan runs so: {thermal}");
     browser
         .wait_for(
             "tokens chart legend",
@@ -409,4 +413,19 @@ async fn page_served_by_lucebox_run_shows_the_engine_and_its_recovery() {
 
     let exit = tokio::task::block_in_place(|| rig.terminate(Duration::from_secs(30)));
     assert!(exit.success(), "{exit}");
+}
+
+/// What a predictive fan loop's plans weighed, as the status carries it.
+fn fan_decision() -> DecisionDetail {
+    DecisionDetail {
+        junction_est_c: 61.2,
+        budget_c: 94.0,
+        model_bias_c: 0.1,
+        reserve_max_c: 4.5,
+        stream_w: 120.0,
+        stop_safe: false,
+        stays_stopped: false,
+        required_pct: 34.0,
+        reactive_floor_pct: 0.0,
+    }
 }

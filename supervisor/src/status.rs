@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::hardware::Detection;
 use crate::plan::Plan;
+use crate::thermal::controller::DecisionDetail;
 
 /// How many recent events the model keeps (oldest dropped first).
 pub const EVENT_CAPACITY: usize = 256;
@@ -106,6 +107,10 @@ pub struct ThermalStatus {
     pub actuator: String,
     /// Set while the safety layer overrides the controller, with the reason.
     pub safety: Option<String>,
+    /// While the predictive controller drives the fan: why it runs at this duty, in one line ...
+    pub why: Option<String>,
+    /// ... and the quantities its plans weighed.
+    pub decision: Option<DecisionDetail>,
     /// CPU time this device's control loop has used since it started: reading the sensors, the
     /// safety layer, model, forecast and controller, and driving the fan.
     pub loop_cpu_s: f64,

@@ -232,7 +232,7 @@ impl DeviceLoop {
             (Some(FanOverride::FirmwareAuto), _) => Verdict::FirmwareAuto(OPERATOR.into()),
             (None, verdict) => verdict,
         };
-        let mut safety = None;
+        let (mut safety, mut why, mut decision) = (None, None, None);
         if self.mode != Some(Mode::Failed) {
             match &verdict {
                 Verdict::FirmwareAuto(why) => {
@@ -252,7 +252,14 @@ impl DeviceLoop {
                             fan_duty_pct: r.fan_duty_pct.unwrap_or(0.0),
                             load,
                         };
-                        let duty = self.controller.decide(&obs).max(*floor_pct);
+                        let planned = self.controller.decide(&obs);
+                        let duty = planned.max(*floor_pct);
+                        decision = self.controller.detail();
+                        why = if *floor_pct > planned {
+                            Some(format!("{duty:.0} %: the safety layer's curve near the limit"))
+                        } else {
+                            decision.map(|d| d.reason(duty))
+                        };
                         let stale = self.last_duty.is_none_or(|(d, at)| {
                             (d - duty).abs() >= config.rewrite_below_pct || at.elapsed() >= config.refresh
                         });
@@ -283,6 +290,9 @@ impl DeviceLoop {
             mode: self.mode.map(Mode::name).unwrap_or("starting").to_string(),
             actuator: self.actuator.kind().to_string(),
             safety,
+            // Only while this loop drives the fan: a safe mode or a failed actuator has no plan.
+            why: why.filter(|_| self.mode == Some(Mode::Predictive)),
+            decision: decision.filter(|_| self.mode == Some(Mode::Predictive)),
             loop_cpu_s,
             loop_cpu_pct: (t_s > 0.0).then(|| 100.0 * loop_cpu_s / t_s),
         }

@@ -7,6 +7,7 @@ mod stock;
 mod target;
 
 use lucebox_engine::LoadSignal;
+use serde::Serialize;
 
 use super::forecast::PowerForecast;
 use super::model::ModelParams;
@@ -54,7 +55,7 @@ pub struct Observation {
 
 /// Why the predictive controller chose its last duty: the quantities its plans weighed, for the
 /// bench's telemetry (`thermal bench --telemetry`), so a run can be read period by period.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DecisionDetail {
     /// Filtered junction estimate the plans started from.
     pub junction_est_c: f64,
@@ -83,6 +84,39 @@ impl DecisionDetail {
     pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct";
     /// Empty fields for a controller without a detail.
     pub const CSV_EMPTY: &'static str = ",,,,,,,,";
+
+    /// One line for the status page: why the fan runs at `command_pct` (the duty sent, which a
+    /// rate limit or hysteresis may hold above what the plans need).
+    pub fn reason(&self, command_pct: f64) -> String {
+        if command_pct < 0.5 {
+            return if self.stop_safe {
+                "stopped: a large prompt arriving at any time would still fit".into()
+            } else {
+                "stopped: the queued work ends before the fan is needed".into()
+            };
+        }
+        if self.reactive_floor_pct > 0.0 && self.reactive_floor_pct >= command_pct - 0.5 {
+            return format!("{command_pct:.0} %: the reactive curve just under the limit");
+        }
+        // Commands move on a 10-point grid, rounded up from what the plans need.
+        if self.required_pct > command_pct - 10.0 {
+            let stream = if self.stream_w >= 1.0 {
+                format!(", counting {:.0} W of requests still to come", self.stream_w)
+            } else {
+                String::new()
+            };
+            return format!(
+                "{command_pct:.0} % keeps the predicted junction under {:.1} °C{stream}",
+                self.budget_c
+            );
+        }
+        let needed = if self.required_pct < 0.5 {
+            "they would stop it".to_string()
+        } else {
+            format!("they need {:.0} %", self.required_pct)
+        };
+        format!("{command_pct:.0} % held until the plans have needed less for a while ({needed})")
+    }
 
     pub fn csv(&self) -> String {
         format!(
@@ -141,6 +175,47 @@ pub(crate) fn interpolate(curve: &[(f64, f64)], t: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn detail() -> DecisionDetail {
+        DecisionDetail {
+            junction_est_c: 70.0,
+            budget_c: 87.0,
+            model_bias_c: 0.0,
+            reserve_max_c: 5.0,
+            stream_w: 0.0,
+            stop_safe: false,
+            stays_stopped: false,
+            required_pct: 34.0,
+            reactive_floor_pct: 0.0,
+        }
+    }
+
+    /// The status page's line names what set the duty: a stop and why, the reactive curve, the
+    /// plans (with the stream they counted), or the hysteresis holding a duty above the plans'.
+    #[test]
+    fn the_reason_names_what_set_the_duty() {
+        let d = detail();
+        assert_eq!(d.reason(40.0), "40 % keeps the predicted junction under 87.0 °C");
+        let stream = DecisionDetail { stream_w: 185.4, ..d };
+        assert_eq!(
+            stream.reason(40.0),
+            "40 % keeps the predicted junction under 87.0 °C, counting 185 W of requests still to come"
+        );
+        assert_eq!(
+            d.reason(100.0),
+            "100 % held until the plans have needed less for a while (they need 34 %)"
+        );
+        let idle = DecisionDetail { required_pct: 0.0, stays_stopped: true, ..d };
+        assert_eq!(
+            idle.reason(30.0),
+            "30 % held until the plans have needed less for a while (they would stop it)"
+        );
+        assert_eq!(idle.reason(0.0), "stopped: the queued work ends before the fan is needed");
+        let safe = DecisionDetail { stop_safe: true, ..idle };
+        assert_eq!(safe.reason(0.0), "stopped: a large prompt arriving at any time would still fit");
+        let hot = DecisionDetail { reactive_floor_pct: 60.0, ..d };
+        assert_eq!(hot.reason(60.0), "60 %: the reactive curve just under the limit");
+    }
 
     #[test]
     fn interpolation_is_linear_and_flat_outside() {

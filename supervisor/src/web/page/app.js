@@ -85,7 +85,8 @@ function renderThermal(thermal) {
       el("td", {}, fmt(t.predicted_peak_c, " °C", 1)),
       el("td", {}, `${fmt(t.fan_duty_pct, " %")}${t.fan_rpm != null ? ` (${t.fan_rpm.toFixed(0)} rpm)` : ""}`),
       el("td", {}, `${t.mode} via ${t.actuator}`), el("td", { class: t.safety ? "warn" : "" }, t.safety || "ok"),
-      el("td", {}, fmt(t.loop_cpu_pct, " %", 3)));
+      el("td", {}, fmt(t.loop_cpu_pct, " %", 3)),
+      el("td", {}, t.why || "—"));
   }));
 }
 
