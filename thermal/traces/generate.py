@@ -142,6 +142,43 @@ def kb_assistant(seed=7, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def home_lab(seed=8, duration=3600.0):
+    """Fifth held-out trace: a box shared at home for an hour. One person codes with a completion
+    plugin (typing bursts of 1-4 minutes, a completion every 0.8-4 s of 1.5-6 k tokens in and 8-60
+    out, 1-6 minutes of reading between bursts) before 25 and after 40 minutes; another chats now
+    and then (2-6 turns, 300-2500 tokens growing, 150-700-token answers, 20-90 s of reading
+    between); from 25 to 40 minutes a translation job submits 40 documents, one every 15-25 s
+    (1.5-3 k tokens in, 600-1200 out)."""
+    rng = random.Random(seed)
+    rows = []
+    t = rng.uniform(5.0, 40.0)
+    while t < duration:
+        if 1500.0 <= t < 2400.0:
+            t = 2400.0 + rng.uniform(10.0, 90.0)
+            continue
+        end = t + rng.uniform(60.0, 240.0)
+        while t < end:
+            rows.append((round(t, 1), rng.randint(1500, 6000), rng.randint(8, 60), "code"))
+            t += rng.uniform(0.8, 4.0)
+        t += rng.uniform(60.0, 360.0)
+    start, session = rng.uniform(60.0, 300.0), 0
+    while start < duration:
+        session += 1
+        t, context = start, rng.randint(300, 900)
+        for _ in range(rng.randint(2, 6)):
+            out = rng.randint(150, 700)
+            rows.append((round(t, 1), min(context, 2500), out, f"chat{session}"))
+            context += out + rng.randint(30, 200)
+            t += out / 45.0 + rng.uniform(20.0, 90.0)
+        start = t + rng.expovariate(1.0 / 300.0)
+    t = 1500.0
+    for i in range(40):
+        rows.append((round(t, 1), rng.randint(1500, 3000), rng.randint(600, 1200), "translate"))
+        t += rng.uniform(15.0, 25.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -150,3 +187,4 @@ if __name__ == "__main__":
     write("code-assist-holdout.csv", "t_s,prompt_tokens,output_tokens,session", code_assist())
     write("office-holdout.csv", "t_s,prompt_tokens,output_tokens,session", office())
     write("kb-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", kb_assistant())
+    write("home-lab-holdout.csv", "t_s,prompt_tokens,output_tokens,session", home_lab())
