@@ -427,5 +427,6 @@ fn fan_decision() -> DecisionDetail {
         stays_stopped: false,
         required_pct: 34.0,
         reactive_floor_pct: 0.0,
+        held: false,
     }
 }

@@ -54,7 +54,8 @@ pub struct Observation {
 }
 
 /// Why the predictive controller chose its last duty: the quantities its plans weighed, for the
-/// bench's telemetry (`thermal bench --telemetry`), so a run can be read period by period.
+/// bench's telemetry (`thermal bench --telemetry`, so a run can be read period by period) and the
+/// status a device's loop publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DecisionDetail {
     /// Filtered junction estimate the plans started from.
@@ -77,13 +78,15 @@ pub struct DecisionDetail {
     pub required_pct: f64,
     /// What the reactive curve near the limit demanded (the forecast is never trusted below it).
     pub reactive_floor_pct: f64,
+    /// The duty is above what the plans need: the down dwell (hysteresis) or a split drop holds it.
+    pub held: bool,
 }
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held";
     /// Empty fields for a controller without a detail.
-    pub const CSV_EMPTY: &'static str = ",,,,,,,,";
+    pub const CSV_EMPTY: &'static str = ",,,,,,,,,";
 
     /// One line for the status page: why the fan runs at `command_pct` (the duty sent, which a
     /// rate limit or hysteresis may hold above what the plans need).
@@ -98,8 +101,7 @@ impl DecisionDetail {
         if self.reactive_floor_pct > 0.0 && self.reactive_floor_pct >= command_pct - 0.5 {
             return format!("{command_pct:.0} %: the reactive curve just under the limit");
         }
-        // Commands move on a 10-point grid, rounded up from what the plans need.
-        if self.required_pct > command_pct - 10.0 {
+        if !self.held {
             let stream = if self.stream_w >= 1.0 {
                 format!(", counting {:.0} W of requests still to come", self.stream_w)
             } else {
@@ -120,7 +122,7 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
@@ -129,7 +131,8 @@ impl DecisionDetail {
             u8::from(self.stop_safe),
             u8::from(self.stays_stopped),
             self.required_pct,
-            self.reactive_floor_pct
+            self.reactive_floor_pct,
+            u8::from(self.held)
         )
     }
 }
@@ -187,6 +190,7 @@ mod tests {
             stays_stopped: false,
             required_pct: 34.0,
             reactive_floor_pct: 0.0,
+            held: false,
         }
     }
 
@@ -201,11 +205,12 @@ mod tests {
             stream.reason(40.0),
             "40 % keeps the predicted junction under 87.0 °C, counting 185 W of requests still to come"
         );
+        let held = DecisionDetail { held: true, ..d };
         assert_eq!(
-            d.reason(100.0),
+            held.reason(100.0),
             "100 % held until the plans have needed less for a while (they need 34 %)"
         );
-        let idle = DecisionDetail { required_pct: 0.0, stays_stopped: true, ..d };
+        let idle = DecisionDetail { required_pct: 0.0, stays_stopped: true, held: true, ..d };
         assert_eq!(
             idle.reason(30.0),
             "30 % held until the plans have needed less for a while (they would stop it)"

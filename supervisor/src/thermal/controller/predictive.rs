@@ -431,6 +431,8 @@ impl Controller for Predictive {
         let duty = duty.max(floor);
         self.duty = Some(duty);
         let drained = self.forecast.work_steps(&known);
+        // What the plans alone would command: a stop, or the required duty on the command grid.
+        let plans_alone = if required < self.limits.min_duty_pct { required } else { grid(required) };
         self.detail = Some(DecisionDetail {
             junction_est_c: junction_c,
             budget_c,
@@ -441,6 +443,7 @@ impl Controller for Predictive {
             stays_stopped,
             required_pct: required,
             reactive_floor_pct: floor,
+            held: duty > plans_alone + 0.5 && duty > floor + 0.5,
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
