@@ -5,7 +5,8 @@
 # copy's fan files. The CPU llama-server with the tiny model stands in for the Vulkan build, under
 # a copy of the tiny-cpu-test profile that names the vulkan backend. Two clients send chat
 # completions back to back. Prints the loop's own CPU account (/api/v1/thermal) and, for context,
-# the whole supervisor's; then, after the supervisor stopped, the thermal events and the learned
+# the whole supervisor's, with what the status said about the fan (`why`, sampled every 5 s);
+# then, after the supervisor stopped, the thermal events and the learned
 # state it left in the state directory. With THERMAL_PRIORS=FILE that file is installed as the
 # active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
 # LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
@@ -75,7 +76,11 @@ client() {
 client > "$work/c1" &
 first=$!
 client > "$work/c2" &
-wait "$first" $!
+second=$!
+# What the status page says about the fan, every 5 s of the load.
+(while [ $SECONDS -lt $end ]; do api thermal >> "$work/whys.jsonl" 2>/dev/null || true; echo >> "$work/whys.jsonl"; sleep 5; done) &
+sampler=$!
+wait "$first" "$second" "$sampler"
 requests=$(( $(cat "$work/c1") + $(cat "$work/c2") ))
 supervisor_pct=$(python3 -c "print(round(100 * ($(cpu_ticks) - $start_ticks) / $ticks_per_s / max(1, $SECONDS - $start_s), 3))")
 api thermal > "$work/thermal.json"
@@ -89,8 +94,12 @@ work = os.environ["WORK"]
 thermal = json.load(open(work + "/thermal.json"))
 events = [e["message"] for e in json.load(open(work + "/events.json")) if e.get("source") == "thermal"]
 learned = open(work + "/learned").read().split()
+whys = {}
+for line in open(work + "/whys.jsonl"):
+    for t in (json.loads(line).values() if line.strip() else []):
+        whys[t.get("why")] = whys.get(t.get("why"), 0) + 1
 for id, t in thermal.items():
     print(json.dumps({"device": id, "seconds": int(os.environ["SECONDS_RUN"]), "requests": int(os.environ["REQUESTS"]),
                       "loop_cpu_s": round(t["loop_cpu_s"], 4), "loop_cpu_pct": round(t["loop_cpu_pct"], 4),
                       "supervisor_cpu_pct_during_load": float(os.environ["SUPERVISOR_PCT"]), "mode": t["mode"],
-                      "thermal_events": events, "learned_files": learned}))'
+                      "thermal_events": events, "learned_files": learned, "why_samples": whys}))'
