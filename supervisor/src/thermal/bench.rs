@@ -107,7 +107,7 @@ impl TelemetryRow {
             self.fan_rpm,
             self.true_junction_c,
             self.command_pct,
-            self.detail.map_or_else(|| DecisionDetail::CSV_EMPTY.to_string(), |d| d.csv())
+            self.detail.map_or_else(DecisionDetail::csv_empty, |d| d.csv())
         )
     }
 }

@@ -85,8 +85,10 @@ pub struct DecisionDetail {
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
     pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held";
-    /// Empty fields for a controller without a detail.
-    pub const CSV_EMPTY: &'static str = ",,,,,,,,,";
+    /// Empty fields for a controller without a detail, as many as the header names.
+    pub fn csv_empty() -> String {
+        ",".repeat(Self::CSV_HEADER.matches(',').count())
+    }
 
     /// One line for the status page: why the fan runs at `command_pct` (the duty sent, which a
     /// rate limit or hysteresis may hold above what the plans need).
