@@ -282,6 +282,7 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
         assert!(num(row, "reserve_max_c") >= 0.0 && num(row, "stream_w") >= 0.0);
         assert!(stop_safe <= stays, "safe to stop but not to stay stopped at t = {}", row["t_s"]);
         let held = num(row, "held") == 1.0;
+        assert_eq!(num(row, "at_floor") == 1.0, command == 30.0, "the 4070's lowest duty is 30 %");
         assert!(!held || command > required, "held at or under what the plans need, t = {}", row["t_s"]);
         if stays == 1.0 {
             assert_eq!(required, 0.0, "a fan that may stay stopped requires nothing, t = {}", row["t_s"]);

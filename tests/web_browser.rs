@@ -428,5 +428,6 @@ fn fan_decision() -> DecisionDetail {
         required_pct: 34.0,
         reactive_floor_pct: 0.0,
         held: false,
+        at_floor: false,
     }
 }

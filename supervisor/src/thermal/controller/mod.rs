@@ -80,11 +80,13 @@ pub struct DecisionDetail {
     pub reactive_floor_pct: f64,
     /// The duty is above what the plans need: the down dwell (hysteresis) or a split drop holds it.
     pub held: bool,
+    /// The duty is the fan's lowest spinning duty (the plans would take less if the fan could).
+    pub at_floor: bool,
 }
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -109,8 +111,9 @@ impl DecisionDetail {
             } else {
                 String::new()
             };
+            let lowest = if self.at_floor { " (the fan's lowest)" } else { "" };
             return format!(
-                "{command_pct:.0} % keeps the predicted junction under {:.1} °C{stream}",
+                "{command_pct:.0} %{lowest} keeps the predicted junction under {:.1} °C{stream}",
                 self.budget_c
             );
         }
@@ -124,7 +127,7 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
@@ -134,7 +137,8 @@ impl DecisionDetail {
             u8::from(self.stays_stopped),
             self.required_pct,
             self.reactive_floor_pct,
-            u8::from(self.held)
+            u8::from(self.held),
+            u8::from(self.at_floor)
         )
     }
 }
@@ -193,6 +197,7 @@ mod tests {
             required_pct: 34.0,
             reactive_floor_pct: 0.0,
             held: false,
+            at_floor: false,
         }
     }
 
@@ -207,6 +212,8 @@ mod tests {
             stream.reason(40.0),
             "40 % keeps the predicted junction under 87.0 °C, counting 185 W of requests still to come"
         );
+        let floor = DecisionDetail { required_pct: 12.0, at_floor: true, ..d };
+        assert_eq!(floor.reason(20.0), "20 % (the fan's lowest) keeps the predicted junction under 87.0 °C");
         let held = DecisionDetail { held: true, ..d };
         assert_eq!(
             held.reason(100.0),

@@ -444,6 +444,7 @@ impl Controller for Predictive {
             required_pct: required,
             reactive_floor_pct: floor,
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
+            at_floor: self.limits.min_duty_pct > 0.0 && (duty - self.limits.min_duty_pct).abs() < 0.5,
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
