@@ -423,11 +423,7 @@ fn fan_decision() -> DecisionDetail {
         model_bias_c: 0.1,
         reserve_max_c: 4.5,
         stream_w: 120.0,
-        stop_safe: false,
-        stays_stopped: false,
         required_pct: 34.0,
-        reactive_floor_pct: 0.0,
-        held: false,
-        at_floor: false,
+        ..DecisionDetail::default()
     }
 }

@@ -56,7 +56,7 @@ pub struct Observation {
 /// Why the predictive controller chose its last duty: the quantities its plans weighed, for the
 /// bench's telemetry (`thermal bench --telemetry`, so a run can be read period by period) and the
 /// status a device's loop publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct DecisionDetail {
     /// Filtered junction estimate the plans started from.
     pub junction_est_c: f64,
@@ -189,15 +189,9 @@ mod tests {
         DecisionDetail {
             junction_est_c: 70.0,
             budget_c: 87.0,
-            model_bias_c: 0.0,
             reserve_max_c: 5.0,
-            stream_w: 0.0,
-            stop_safe: false,
-            stays_stopped: false,
             required_pct: 34.0,
-            reactive_floor_pct: 0.0,
-            held: false,
-            at_floor: false,
+            ..DecisionDetail::default()
         }
     }
 
