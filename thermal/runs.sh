@@ -4,14 +4,17 @@
 #             RUNS=first (default) is the tuning plants and traces with the first held-out plant
 #             and trace; RUNS=second, third or fourth, the runs a later held-out set added (its
 #             plants on every trace so far, the earlier plants on its trace); RUNS=all, every
-#             plant on every trace of those four sets. RUNS=fifth is the set kept back to judge
-#             the next change to the controller (thermal/README.md): run it once, for that.
+#             plant on every trace of the first SEEN_SETS sets. RUNS=fifth is the set kept back
+#             to judge the next change to the controller (thermal/README.md): run it once, for
+#             that.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout")
+# Sets already run and used to choose or reject changes; the ones after are kept back.
+SEEN_SETS=4
 
 each_run() {
   local ceiling
@@ -22,7 +25,7 @@ each_run() {
       third) set_runs 3 "$ceiling" ;;
       fourth) set_runs 4 "$ceiling" ;;
       fifth) set_runs 5 "$ceiling" ;;
-      all) runs_of "${PLANT_SETS[*]:0:4}" "${TRACE_SETS[*]:0:4}" "$ceiling" ;;
+      all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
       *) echo "RUNS must be first, second, third, fourth, fifth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
