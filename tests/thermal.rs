@@ -303,6 +303,52 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
     assert!(stock.iter().all(|r| !r["command_pct"].is_empty()));
 }
 
+/// The predictive controller learns each fan's lag from the duty it reports a period after each
+/// command (the Strix Halo box's 4 s fan against the 4070's 2 s one), keeps it with the model and
+/// resumes it after a restart; a saved lag no fan could have stops the bench with its file and key.
+#[test]
+fn a_fans_lag_is_learned_from_its_reported_duty_kept_and_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = repo().join("thermal/traces/code-assist-holdout.csv");
+    let state = dir.path().join("state");
+    let learned_lag = |plant: &str, log: &Path| -> (f64, f64) {
+        let args = ["--controller", "predictive", "--duration", "600", "--telemetry-of", "predictive"];
+        let files = ["--telemetry", log.to_str().unwrap(), "--state-dir", state.to_str().unwrap()];
+        ok(bench(
+            &repo().join(format!("thermal/plants/{plant}.toml")),
+            &trace,
+            &[&args[..], &files].concat(),
+        ));
+        let rows = read_telemetry(log);
+        let lag = |row: &std::collections::HashMap<String, String>| row["fan_lag_s"].parse::<f64>().unwrap();
+        (lag(&rows[0]), lag(&rows[rows.len() - 1]))
+    };
+    let (first, strix) = learned_lag("strix-halo-box", &dir.path().join("strix.csv"));
+    assert_eq!(first, 2.0, "before any command has moved the fan, the fastest lag is assumed");
+    assert!((strix - 4.0).abs() < 0.6, "the Strix Halo box's 4 s fan learned as {strix} s");
+    let (_, rtx4070) = learned_lag("rtx4070-itx", &dir.path().join("4070.csv"));
+    assert!((rtx4070 - 2.0).abs() < 0.3, "the 4070's 2 s fan learned as {rtx4070} s");
+
+    let model = state.join("thermal/bench-strix-halo-box-nouid.json");
+    let saved: serde_json::Value = serde_json::from_str(&read(&model)).unwrap();
+    let kept = saved["fan_lag_s"].as_f64().unwrap();
+    assert!((kept - strix).abs() < 0.01, "saved {kept} s, learned {strix} s");
+    let (resumed, _) = learned_lag("strix-halo-box", &dir.path().join("strix-again.csv"));
+    assert!((resumed - kept).abs() < 0.01, "a restart starts from {resumed} s, not the kept {kept} s");
+
+    let mut bad = saved.clone();
+    bad["fan_lag_s"] = serde_json::json!(-1.0);
+    std::fs::write(&model, bad.to_string()).unwrap();
+    let out = bench(
+        &repo().join("thermal/plants/strix-halo-box.toml"),
+        &trace,
+        &["--duration", "10", "--state-dir", state.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("strix-halo-box-nouid.json: fan_lag_s: -1 is outside 2..=15"), "{stderr}");
+}
+
 #[test]
 fn fit_recovers_the_junction_resistance_from_bench_telemetry() {
     let dir = tempfile::tempdir().unwrap();

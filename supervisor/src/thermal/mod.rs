@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cli;
 pub mod controller;
 mod daemon;
+pub mod fan;
 pub mod fit;
 pub mod forecast;
 pub mod learned;

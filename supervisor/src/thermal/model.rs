@@ -15,6 +15,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::fan::{FASTEST_LAG_S, SLOWEST_LAG_S};
+
 /// Generic junction time constant (GPU dies: ~2–4 s).
 pub const JUNCTION_TAU_S: f64 = 3.0;
 /// Generic airflow exponent (sink-to-air resistance ∝ airflow^-0.6…-0.8).
@@ -65,6 +67,10 @@ pub struct ModelParams {
     pub sink: [f64; PARAMS],
     pub sink_cov: [[f64; PARAMS]; PARAMS],
     pub updates: u64,
+    /// The fan's lag as learned from the duty it reports (absent until a command has moved it;
+    /// files from before it was kept read as absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_lag_s: Option<f64>,
 }
 
 impl ModelParams {
@@ -124,6 +130,7 @@ impl ModelParams {
             sink,
             sink_cov,
             updates: 0,
+            fan_lag_s: None,
         }
     }
 
@@ -142,6 +149,9 @@ impl ModelParams {
         }
         if !self.sink_cov.iter().flatten().all(|v| v.is_finite()) {
             return Err(("sink_cov", "not all finite".into()));
+        }
+        if let Some(lag) = self.fan_lag_s.filter(|lag| !(FASTEST_LAG_S..=SLOWEST_LAG_S).contains(lag)) {
+            return Err(("fan_lag_s", format!("{lag} is outside {FASTEST_LAG_S}..={SLOWEST_LAG_S}")));
         }
         Ok(())
     }

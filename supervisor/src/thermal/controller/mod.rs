@@ -36,6 +36,17 @@ impl DeviceLimits {
             self.min_duty_pct
         }
     }
+
+    /// The duty the fan runs at for a command: below the floor it stops where it may, and turns
+    /// at the floor where it may not.
+    pub fn effective_duty(&self, command_pct: f64) -> f64 {
+        let command = command_pct.clamp(0.0, 100.0);
+        if command >= self.min_duty_pct {
+            command
+        } else {
+            self.lowest_duty()
+        }
+    }
 }
 
 /// One sensor sample, as a device shows it once per period.
@@ -82,11 +93,13 @@ pub struct DecisionDetail {
     pub held: bool,
     /// The duty is the fan's lowest spinning duty (the plans would take less if the fan could).
     pub at_floor: bool,
+    /// The fan's lag as learned from the duty it reports: the plans follow a command through it.
+    pub fan_lag_s: f64,
 }
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -127,7 +140,7 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
@@ -138,7 +151,8 @@ impl DecisionDetail {
             self.required_pct,
             self.reactive_floor_pct,
             u8::from(self.held),
-            u8::from(self.at_floor)
+            u8::from(self.at_floor),
+            self.fan_lag_s
         )
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use super::{interpolate, Controller, DecisionDetail, DeviceLimits, Observation};
+use crate::thermal::fan::FanResponse;
 use crate::thermal::forecast::PowerForecast;
 use crate::thermal::model::{ModelParams, ThermalModel, JUNCTION_TAU_S};
 
@@ -45,9 +46,9 @@ fn grid(duty: f64) -> f64 {
 const STOP_DWELL: usize = 30;
 /// Bisection resolution of the duty search.
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
-/// Seconds from a raised command until the fan cools the heatsink (its spin-up). An unannounced
-/// prompt is first seen up to a period after it arrives, so the fan answers it a period later.
-const FAN_RESPONSE_S: f64 = 2.0;
+/// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
+/// at now, whatever is sent.
+const COMMITTED_S: f64 = 2.0;
 /// The model's recent error is measured by replaying this span (the hold of a plan) from the
 /// junction estimate at its start with the power and fan duty that were seen ...
 const BIAS_WINDOW_S: f64 = HOLD_S;
@@ -56,22 +57,6 @@ const BIAS_TAU_S: f64 = 10.0;
 /// ... and only the part above this is added to the margin (a 1 °C sensor leaves about this much
 /// in the average where the model is right).
 const BIAS_DEADBAND_C: f64 = 0.3;
-
-/// Whether `model`'s junction plus the reserve stays under `budget_c` at every step from `from` on
-/// with `duty(k)` commanded: the one check behind every plan of the controller.
-fn within_budget(
-    model: &ThermalModel,
-    junction_c: f64,
-    power: &[f64],
-    reserve: &[f64],
-    budget_c: f64,
-    from: usize,
-    duty: impl Fn(usize) -> f64,
-) -> bool {
-    let mut ok = true;
-    model.predict(junction_c, power, duty, |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
-    ok
-}
 
 pub struct Predictive {
     limits: DeviceLimits,
@@ -82,6 +67,9 @@ pub struct Predictive {
     recent_required: VecDeque<f64>,
     /// Per period of the last `DOWN_DWELL`: whether stopping survived a prompt at any time.
     recent_stop_safe: VecDeque<bool>,
+    /// The fan's learned lag, and the duty it reported last.
+    fan: FanResponse,
+    fan_now_pct: f64,
     prediction_30s_c: Option<f64>,
     predicted_peak_c: Option<f64>,
     /// Filtered junction estimate.
@@ -106,6 +94,7 @@ struct ReplayStep {
 
 impl Predictive {
     pub fn new(limits: DeviceLimits, params: ModelParams, dt_s: f64) -> Self {
+        let fan = params.fan_lag_s.map_or(FanResponse::new(dt_s), |lag| FanResponse::with_lag(lag, dt_s));
         Self {
             limits,
             model: ThermalModel::new(params, dt_s),
@@ -114,6 +103,8 @@ impl Predictive {
             duty: None,
             recent_required: VecDeque::with_capacity(STOP_DWELL),
             recent_stop_safe: VecDeque::with_capacity(DOWN_DWELL),
+            fan,
+            fan_now_pct: 0.0,
             prediction_30s_c: None,
             predicted_peak_c: None,
             junction_est_c: None,
@@ -130,13 +121,38 @@ impl Predictive {
         self
     }
 
+    /// Whether `model`'s junction plus the reserve stays under `budget_c` at every step from `from`
+    /// on with `command(k)` sent at step k and the fan following at its learned lag from
+    /// `fan_pct`: the one check behind every plan of the controller.
+    #[allow(clippy::too_many_arguments)]
+    fn within_budget(
+        &self,
+        model: &ThermalModel,
+        junction_c: f64,
+        fan_pct: f64,
+        power: &[f64],
+        reserve: &[f64],
+        budget_c: f64,
+        from: usize,
+        command: impl Fn(usize) -> f64,
+    ) -> bool {
+        let duty = self.fan.follow(fan_pct, power.len(), |k| self.limits.effective_duty(command(k)));
+        let mut ok = true;
+        model.predict(junction_c, power, |k| duty[k], |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
+        ok
+    }
+
     /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under `budget_c`.
     fn required_duty(&self, junction_c: f64, power: &[f64], reserve: &[f64], budget_c: f64) -> f64 {
         let holds = |duty: f64| self.plan_holds(&self.model, junction_c, power, reserve, budget_c, duty);
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
-        let stop_holds = || within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |_| lowest);
+        let stop_holds = || {
+            self.within_budget(&self.model, junction_c, self.fan_now_pct, power, reserve, budget_c, 0, |_| {
+                lowest
+            })
+        };
         if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
@@ -170,10 +186,10 @@ impl Predictive {
         duty: f64,
     ) -> bool {
         let hold = (HOLD_S / self.dt_s).round() as usize;
-        // The steps before the fan answers are committed: no duty chosen now changes them, so a
-        // junction already too warm there would otherwise send every search to full speed.
-        let committed = (FAN_RESPONSE_S / self.dt_s).round() as usize;
-        within_budget(model, junction_c, power, reserve, budget_c, committed, |k| {
+        // No duty chosen now changes the committed steps much, so a junction already too warm
+        // there would otherwise send every search to full speed.
+        let committed = (COMMITTED_S / self.dt_s).round() as usize;
+        self.within_budget(model, junction_c, self.fan_now_pct, power, reserve, budget_c, committed, |k| {
             if k < hold {
                 duty
             } else {
@@ -211,9 +227,9 @@ impl Predictive {
         doubtful.then_some(partial)
     }
 
-    /// Whether a zero-rpm fan may stop now with room for the worst: stopped for `hold_s` and
-    /// then at full speed, the junction stays under `budget_c` even with a large prompt arriving
-    /// at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
+    /// Whether a zero-rpm fan may stop now with room for the worst: sent a stop for `hold_s`
+    /// (from `fan_pct`) and then full speed, the junction stays under `budget_c` even with a large
+    /// prompt arriving at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
     /// the fan stay stopped through queued work (the next periods re-plan as the heatsink warms)
     /// and stop soon after a burst; elsewhere it stops only where staying stopped for the whole
     /// horizon holds.
@@ -224,13 +240,14 @@ impl Predictive {
         reserve: &[f64],
         budget_c: f64,
         hold_s: f64,
+        fan_pct: f64,
     ) -> bool {
         let lowest = self.limits.lowest_duty();
         if lowest >= self.limits.min_duty_pct {
             return false;
         }
         let hold = (hold_s / self.dt_s).round() as usize;
-        within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |k| {
+        self.within_budget(&self.model, junction_c, fan_pct, power, reserve, budget_c, 0, |k| {
             if k < hold {
                 lowest
             } else {
@@ -242,7 +259,7 @@ impl Predictive {
     /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
     /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
     /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
-    /// restart as late as the fan answers a surprise (period + spin-up) would still be in time.
+    /// restart as late as a surprise is seen (a period), from a standstill, would still be in time.
     fn stop_plans(
         &self,
         junction_c: f64,
@@ -255,12 +272,15 @@ impl Predictive {
             return (false, false);
         }
         let any_time = self.surprise_reserve_with(known, loaded, false);
-        let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
+        let stop_safe =
+            self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S, self.fan_now_pct);
         let brief_work = self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
-        let late_restart = self.dt_s + FAN_RESPONSE_S;
+        // Judged from a standstill: a running fan that passed it would slow a little each period
+        // and pass it again, putting its restart off while it coasts down.
+        let late_restart = self.dt_s;
         let stays_stopped = stop_safe
             || (brief_work
-                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart));
+                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart, 0.0));
         (stop_safe, stays_stopped)
     }
 
@@ -280,7 +300,8 @@ impl Predictive {
         let prefill_s = self.forecast.large_prefill_s();
         let rise_share = 1.0 - (-prefill_s / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
-        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + FAN_RESPONSE_S);
+        // The fan answers a period after the prompt arrives (when it is seen), over its lag.
+        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + self.fan.lag_s());
         let prefill_w = self.forecast.prefill_w();
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
@@ -379,6 +400,13 @@ impl Controller for Predictive {
         if let Some(load) = &obs.load {
             self.forecast.observe(load, obs.power_w, self.dt_s);
         }
+        if let Some(sent) = self.duty {
+            self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
+            if self.fan.has_learned() {
+                self.model.params.fan_lag_s = Some(self.fan.lag_s());
+            }
+        }
+        self.fan_now_pct = obs.fan_duty_pct;
         self.learn_bias(obs);
         // One-step prediction from the last estimate, corrected by the reading.
         let junction_c = match self.junction_est_c {
@@ -445,14 +473,16 @@ impl Controller for Predictive {
             reactive_floor_pct: floor,
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
             at_floor: self.limits.min_duty_pct > 0.0 && (duty - self.limits.min_duty_pct).abs() < 0.5,
+            fan_lag_s: self.fan.lag_s(),
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
         let mut ahead = None;
+        let spinning = self.fan.follow(self.fan_now_pct, power.len(), |_| self.limits.effective_duty(duty));
         self.model.predict(
             junction_c,
             &power,
-            |_| duty,
+            |k| spinning[k],
             |k, tj| {
                 peak = peak.max(tj);
                 if k + 1 == at_30 {
@@ -535,8 +565,8 @@ mod tests {
         c.model.predict(50.0, &power, |_| 0.0, |_, tj| stopped_peak = stopped_peak.max(tj));
         assert!(stopped_peak > budget, "{stopped_peak}");
         let any_time = c.surprise_reserve_with(&power, true, false);
-        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S));
-        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S));
+        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S, 0.0));
+        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S, 0.0));
     }
 
     /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
@@ -571,23 +601,21 @@ mod tests {
         let mut slow = controller();
         slow.model.params.sink[..3].iter_mut().for_each(|v| *v *= 400.0 / 5000.0);
         assert!(slow.model.params.at_bound());
-        let fitted = controller();
+        let mut fitted = controller();
         assert!(!fitted.model.params.at_bound());
         let (power, reserve) = (vec![150.0; 90], vec![0.0; 90]);
         for _ in 0..10 {
             slow.model.observe(60.0, 150.0, 100.0);
         }
+        // The fan turns at full speed and slows over its lag.
+        (slow.fan_now_pct, fitted.fan_now_pct) = (100.0, 100.0);
+        let duty = slow.fan.follow(100.0, power.len(), |k| if k < 20 { 20.0 } else { 100.0 });
         // The junction the fit settles at with the fan at full speed.
         let mut settled = 0.0;
         slow.model.predict(60.0, &[150.0; 3000], |_| 100.0, |_, tj| settled = tj);
         let peak = |model: &ThermalModel| {
             let mut peak = f64::MIN;
-            model.predict(
-                settled,
-                &power,
-                |k| if k < 20 { 20.0 } else { 100.0 },
-                |_, tj| peak = peak.max(tj),
-            );
+            model.predict(settled, &power, |k| duty[k], |_, tj| peak = peak.max(tj));
             peak
         };
         let (slow_peak, fast_peak) = (peak(&slow.model), peak(&slow.model.no_slower_than_prior()));
@@ -600,6 +628,31 @@ mod tests {
         assert_eq!(fitted.split_drop(100.0, 20.0, settled, &power, &reserve, budget), None);
     }
 
+    /// A fan that takes longer to spin up answers a raised command later, so its plans need a
+    /// higher duty for the same heat.
+    #[test]
+    fn a_slower_fan_needs_a_higher_duty_for_the_same_heat() {
+        let mut quick = controller();
+        let mut slow = controller();
+        slow.fan = FanResponse::with_lag(8.0, 1.0);
+        for c in [&mut quick, &mut slow] {
+            c.fan_now_pct = 20.0;
+            for _ in 0..30 {
+                c.model.observe(70.0, 200.0, 20.0);
+            }
+        }
+        let (power, reserve) = (vec![250.0; 90], vec![0.0; 90]);
+        let budget = (60..100)
+            .map(f64::from)
+            .find(|&b| (30.0..90.0).contains(&quick.required_duty(70.0, &power, &reserve, b)))
+            .expect("a budget the quick fan meets at a middling duty");
+        let (needs_quick, needs_slow) = (
+            quick.required_duty(70.0, &power, &reserve, budget),
+            slow.required_duty(70.0, &power, &reserve, budget),
+        );
+        assert!(needs_slow > needs_quick + 2.0, "{needs_slow} vs {needs_quick} under {budget} °C");
+    }
+
     /// A prefill ending now warms the junction before the fan can answer: the duty search judges
     /// only the steps the fan can change, and does not go to full speed for the ones it cannot.
     #[test]
@@ -608,6 +661,7 @@ mod tests {
         for _ in 0..30 {
             c.model.observe(50.0, 35.0, 20.0);
         }
+        c.fan_now_pct = 20.0;
         let mut power = vec![35.0; 90];
         power[..2].fill(300.0);
         let reserve = vec![0.0; 90];
@@ -623,7 +677,7 @@ mod tests {
         );
         let budget = peaks.1 + 0.1;
         assert!(peaks.0 > budget + 1.0, "{peaks:?}");
-        let everywhere = within_budget(&c.model, 50.0, &power, &reserve, budget, 0, |_| 100.0);
+        let everywhere = c.within_budget(&c.model, 50.0, 20.0, &power, &reserve, budget, 0, |_| 100.0);
         assert!(!everywhere, "full speed would not hold the first steps either");
         assert_eq!(c.required_duty(50.0, &power, &reserve, budget), 20.0);
     }
