@@ -63,8 +63,11 @@ impl FanResponse {
         (-self.dt_s / (1.0 - share).ln()).clamp(FASTEST_LAG_S, SLOWEST_LAG_S)
     }
 
-    /// The duty the fan turns at on average over each of `steps` periods, from `now_pct` with
-    /// `command(k)` (as the fan runs it) sent at the start of period k.
+    /// The duty a plan may count on over each of `steps` periods, from `now_pct` with `command(k)`
+    /// (as the fan runs it) sent at the start of period k: the mean over the period while the fan
+    /// speeds up, and the command at once where it slows. A slowing fan coasts over its lag too,
+    /// but a plan that counted on the coasting would find less of it each period and put its
+    /// raise off (a drop judged again from the slower fan needs more than it planned).
     pub fn follow(&self, now_pct: f64, steps: usize, command: impl Fn(usize) -> f64) -> Vec<f64> {
         let lag = self.lag_s();
         let share = share_per_period(lag, self.dt_s);
@@ -74,6 +77,10 @@ impl FanResponse {
         (0..steps)
             .map(|k| {
                 let gap = command(k) - duty;
+                if gap <= 0.0 {
+                    duty += gap;
+                    return duty;
+                }
                 let mean = duty + gap * mean_share;
                 duty += gap * share;
                 mean
@@ -124,8 +131,8 @@ mod tests {
         assert_eq!(stuck.lag_s(), SLOWEST_LAG_S);
     }
 
-    /// The mean duty over each period lies between the duties at its ends, and a fan already at
-    /// its command stays there.
+    /// The mean duty over each period lies between the duties at its ends, a fan already at its
+    /// command stays there, and a slowing fan is counted at its command at once.
     #[test]
     fn following_a_raised_command_spins_up_over_the_lag() {
         let mut fan = FanResponse::new(1.0);
@@ -136,5 +143,6 @@ mod tests {
             assert!(mean > at_end(k) && mean < at_end(k + 1), "period {k}: {mean}");
         }
         assert_eq!(fan.follow(60.0, 5, |_| 60.0), vec![60.0; 5]);
+        assert_eq!(fan.follow(90.0, 3, |k| [30.0, 0.0, 0.0][k]), vec![30.0, 0.0, 0.0]);
     }
 }

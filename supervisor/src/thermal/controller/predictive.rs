@@ -46,6 +46,10 @@ fn grid(duty: f64) -> f64 {
 const STOP_DWELL: usize = 30;
 /// Bisection resolution of the duty search.
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
+/// The room kept for a surprise counts the heatsink's warming for a period (until the prompt is
+/// seen) and this much more: the plans that follow see the fan's own spin-up. Counting each fan's
+/// learned lag here instead cost more duty than it bought in safety (thermal/README.md).
+const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
 /// at now, whatever is sent.
 const COMMITTED_S: f64 = 2.0;
@@ -122,21 +126,20 @@ impl Predictive {
     }
 
     /// Whether `model`'s junction plus the reserve stays under `budget_c` at every step from `from`
-    /// on with `command(k)` sent at step k and the fan following at its learned lag from
-    /// `fan_pct`: the one check behind every plan of the controller.
+    /// on with `command(k)` sent at step k and the fan following as [`FanResponse::follow`] counts
+    /// it from the duty it reports now: the one check behind every plan of the controller.
     #[allow(clippy::too_many_arguments)]
     fn within_budget(
         &self,
         model: &ThermalModel,
         junction_c: f64,
-        fan_pct: f64,
         power: &[f64],
         reserve: &[f64],
         budget_c: f64,
         from: usize,
         command: impl Fn(usize) -> f64,
     ) -> bool {
-        let duty = self.fan.follow(fan_pct, power.len(), |k| self.limits.effective_duty(command(k)));
+        let duty = self.fan.follow(self.fan_now_pct, power.len(), |k| self.limits.effective_duty(command(k)));
         let mut ok = true;
         model.predict(junction_c, power, |k| duty[k], |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
         ok
@@ -148,11 +151,8 @@ impl Predictive {
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
-        let stop_holds = || {
-            self.within_budget(&self.model, junction_c, self.fan_now_pct, power, reserve, budget_c, 0, |_| {
-                lowest
-            })
-        };
+        let stop_holds =
+            || self.within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |_| lowest);
         if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
@@ -189,7 +189,7 @@ impl Predictive {
         // No duty chosen now changes the committed steps much, so a junction already too warm
         // there would otherwise send every search to full speed.
         let committed = (COMMITTED_S / self.dt_s).round() as usize;
-        self.within_budget(model, junction_c, self.fan_now_pct, power, reserve, budget_c, committed, |k| {
+        self.within_budget(model, junction_c, power, reserve, budget_c, committed, |k| {
             if k < hold {
                 duty
             } else {
@@ -227,8 +227,8 @@ impl Predictive {
         doubtful.then_some(partial)
     }
 
-    /// Whether a zero-rpm fan may stop now with room for the worst: sent a stop for `hold_s`
-    /// (from `fan_pct`) and then full speed, the junction stays under `budget_c` even with a large
+    /// Whether a zero-rpm fan may stop now with room for the worst: sent a stop for `hold_s` and
+    /// then full speed, the junction stays under `budget_c` even with a large
     /// prompt arriving at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
     /// the fan stay stopped through queued work (the next periods re-plan as the heatsink warms)
     /// and stop soon after a burst; elsewhere it stops only where staying stopped for the whole
@@ -240,14 +240,13 @@ impl Predictive {
         reserve: &[f64],
         budget_c: f64,
         hold_s: f64,
-        fan_pct: f64,
     ) -> bool {
         let lowest = self.limits.lowest_duty();
         if lowest >= self.limits.min_duty_pct {
             return false;
         }
         let hold = (hold_s / self.dt_s).round() as usize;
-        self.within_budget(&self.model, junction_c, fan_pct, power, reserve, budget_c, 0, |k| {
+        self.within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |k| {
             if k < hold {
                 lowest
             } else {
@@ -259,7 +258,7 @@ impl Predictive {
     /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
     /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
     /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
-    /// restart as late as a surprise is seen (a period), from a standstill, would still be in time.
+    /// restart as late as a surprise is seen (a period) would still be in time.
     fn stop_plans(
         &self,
         junction_c: f64,
@@ -272,15 +271,14 @@ impl Predictive {
             return (false, false);
         }
         let any_time = self.surprise_reserve_with(known, loaded, false);
-        let stop_safe =
-            self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S, self.fan_now_pct);
+        let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
         let brief_work = self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
-        // Judged from a standstill: a running fan that passed it would slow a little each period
-        // and pass it again, putting its restart off while it coasts down.
+        // The plan counts a stop at once (a running fan's coasting is not counted on), so this is
+        // judged from a standstill, as for a stopped fan.
         let late_restart = self.dt_s;
         let stays_stopped = stop_safe
             || (brief_work
-                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart, 0.0));
+                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart));
         (stop_safe, stays_stopped)
     }
 
@@ -300,8 +298,7 @@ impl Predictive {
         let prefill_s = self.forecast.large_prefill_s();
         let rise_share = 1.0 - (-prefill_s / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
-        // The fan answers a period after the prompt arrives (when it is seen), over its lag.
-        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + self.fan.lag_s());
+        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + SURPRISE_SPIN_UP_S);
         let prefill_w = self.forecast.prefill_w();
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
@@ -565,8 +562,8 @@ mod tests {
         c.model.predict(50.0, &power, |_| 0.0, |_, tj| stopped_peak = stopped_peak.max(tj));
         assert!(stopped_peak > budget, "{stopped_peak}");
         let any_time = c.surprise_reserve_with(&power, true, false);
-        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S, 0.0));
-        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S, 0.0));
+        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S));
+        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S));
     }
 
     /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
@@ -677,7 +674,7 @@ mod tests {
         );
         let budget = peaks.1 + 0.1;
         assert!(peaks.0 > budget + 1.0, "{peaks:?}");
-        let everywhere = c.within_budget(&c.model, 50.0, 20.0, &power, &reserve, budget, 0, |_| 100.0);
+        let everywhere = c.within_budget(&c.model, 50.0, &power, &reserve, budget, 0, |_| 100.0);
         assert!(!everywhere, "full speed would not hold the first steps either");
         assert_eq!(c.required_duty(50.0, &power, &reserve, budget), 20.0);
     }
