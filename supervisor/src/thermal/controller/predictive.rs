@@ -62,6 +62,15 @@ const BIAS_TAU_S: f64 = 10.0;
 /// in the average where the model is right).
 const BIAS_DEADBAND_C: f64 = 0.3;
 
+/// What a plan is judged against: the power expected at each step of the horizon, the room kept
+/// at each step for a surprise, and the junction budget.
+#[derive(Debug, Clone, Copy)]
+struct Outlook<'a> {
+    power: &'a [f64],
+    reserve: &'a [f64],
+    budget_c: f64,
+}
+
 pub struct Predictive {
     limits: DeviceLimits,
     model: ThermalModel,
@@ -125,34 +134,31 @@ impl Predictive {
         self
     }
 
-    /// Whether `model`'s junction plus the reserve stays under `budget_c` at every step from `from`
+    /// Whether `model`'s junction plus the reserve stays under the budget at every step from `from`
     /// on with `command(k)` sent at step k and the fan following as [`FanResponse::follow`] counts
     /// it from the duty it reports now: the one check behind every plan of the controller.
-    #[allow(clippy::too_many_arguments)]
     fn within_budget(
         &self,
         model: &ThermalModel,
         junction_c: f64,
-        power: &[f64],
-        reserve: &[f64],
-        budget_c: f64,
+        outlook: Outlook,
         from: usize,
         command: impl Fn(usize) -> f64,
     ) -> bool {
+        let Outlook { power, reserve, budget_c } = outlook;
         let duty = self.fan.follow(self.fan_now_pct, power.len(), |k| self.limits.effective_duty(command(k)));
         let mut ok = true;
         model.predict(junction_c, power, |k| duty[k], |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
         ok
     }
 
-    /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under `budget_c`.
-    fn required_duty(&self, junction_c: f64, power: &[f64], reserve: &[f64], budget_c: f64) -> f64 {
-        let holds = |duty: f64| self.plan_holds(&self.model, junction_c, power, reserve, budget_c, duty);
+    /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under the budget.
+    fn required_duty(&self, junction_c: f64, outlook: Outlook) -> f64 {
+        let holds = |duty: f64| self.plan_holds(&self.model, junction_c, outlook, duty);
         let lowest = self.limits.lowest_duty();
         // A stopped fan restarts slowly and passive cooling is the least observed part of the
         // model: stop only where staying stopped for the whole horizon holds.
-        let stop_holds =
-            || self.within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |_| lowest);
+        let stop_holds = || self.within_budget(&self.model, junction_c, outlook, 0, |_| lowest);
         if lowest < self.limits.min_duty_pct && stop_holds() {
             return lowest;
         }
@@ -175,27 +181,13 @@ impl Predictive {
     }
 
     /// Whether holding `duty` for the hold and then full speed keeps `model`'s junction plus the
-    /// reserve under `budget_c`.
-    fn plan_holds(
-        &self,
-        model: &ThermalModel,
-        junction_c: f64,
-        power: &[f64],
-        reserve: &[f64],
-        budget_c: f64,
-        duty: f64,
-    ) -> bool {
+    /// reserve under the budget.
+    fn plan_holds(&self, model: &ThermalModel, junction_c: f64, outlook: Outlook, duty: f64) -> bool {
         let hold = (HOLD_S / self.dt_s).round() as usize;
         // No duty chosen now changes the committed steps much, so a junction already too warm
         // there would otherwise send every search to full speed.
         let committed = (COMMITTED_S / self.dt_s).round() as usize;
-        self.within_budget(model, junction_c, power, reserve, budget_c, committed, |k| {
-            if k < hold {
-                duty
-            } else {
-                100.0
-            }
-        })
+        self.within_budget(model, junction_c, outlook, committed, |k| if k < hold { duty } else { 100.0 })
     }
 
     /// Where a running fan's drop from `current` to `proposed` is larger than
@@ -203,56 +195,28 @@ impl Predictive {
     /// pinned it down) and the drop's plan would not hold with a heatsink as fast as the generic
     /// prior's: the duty to go to instead, part way, so that the heatsink shows a model error
     /// before the rest of the drop. A stop has its own plans (a prompt at any time).
-    fn split_drop(
-        &self,
-        current: f64,
-        proposed: f64,
-        junction_c: f64,
-        power: &[f64],
-        reserve: &[f64],
-        budget_c: f64,
-    ) -> Option<f64> {
+    fn split_drop(&self, current: f64, proposed: f64, junction_c: f64, outlook: Outlook) -> Option<f64> {
         let partial = current - MAX_DOWN_STEP_PCT;
         let doubtful = proposed < partial
             && proposed >= self.limits.min_duty_pct
             && self.model.params.at_bound()
-            && !self.plan_holds(
-                &self.model.no_slower_than_prior(),
-                junction_c,
-                power,
-                reserve,
-                budget_c,
-                proposed,
-            );
+            && !self.plan_holds(&self.model.no_slower_than_prior(), junction_c, outlook, proposed);
         doubtful.then_some(partial)
     }
 
     /// Whether a zero-rpm fan may stop now with room for the worst: sent a stop for `hold_s` and
-    /// then full speed, the junction stays under `budget_c` even with a large
-    /// prompt arriving at any step, the learned arrival pattern not trusted. With the running fan's hold this lets
-    /// the fan stay stopped through queued work (the next periods re-plan as the heatsink warms)
-    /// and stop soon after a burst; elsewhere it stops only where staying stopped for the whole
-    /// horizon holds.
-    fn stop_survives_any_prompt(
-        &self,
-        junction_c: f64,
-        power: &[f64],
-        reserve: &[f64],
-        budget_c: f64,
-        hold_s: f64,
-    ) -> bool {
+    /// then full speed, the junction stays under the budget even with a large prompt arriving at
+    /// any step (the outlook's reserve, the learned arrival pattern not trusted). With the running
+    /// fan's hold this lets the fan stay stopped through queued work (the next periods re-plan as
+    /// the heatsink warms) and stop soon after a burst; elsewhere it stops only where staying
+    /// stopped for the whole horizon holds.
+    fn stop_survives_any_prompt(&self, junction_c: f64, outlook: Outlook, hold_s: f64) -> bool {
         let lowest = self.limits.lowest_duty();
         if lowest >= self.limits.min_duty_pct {
             return false;
         }
         let hold = (hold_s / self.dt_s).round() as usize;
-        self.within_budget(&self.model, junction_c, power, reserve, budget_c, 0, |k| {
-            if k < hold {
-                lowest
-            } else {
-                100.0
-            }
-        })
+        self.within_budget(&self.model, junction_c, outlook, 0, |k| if k < hold { lowest } else { 100.0 })
     }
 
     /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
@@ -271,14 +235,14 @@ impl Predictive {
             return (false, false);
         }
         let any_time = self.surprise_reserve_with(known, loaded, false);
-        let stop_safe = self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, HOLD_S);
+        let outlook = Outlook { power, reserve: &any_time, budget_c };
+        let stop_safe = self.stop_survives_any_prompt(junction_c, outlook, HOLD_S);
         let brief_work = self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
         // The plan counts a stop at once (a running fan's coasting is not counted on), so this is
         // judged from a standstill, as for a stopped fan.
         let late_restart = self.dt_s;
-        let stays_stopped = stop_safe
-            || (brief_work
-                && self.stop_survives_any_prompt(junction_c, power, &any_time, budget_c, late_restart));
+        let stays_stopped =
+            stop_safe || (brief_work && self.stop_survives_any_prompt(junction_c, outlook, late_restart));
         (stop_safe, stays_stopped)
     }
 
@@ -432,23 +396,19 @@ impl Controller for Predictive {
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
         let budget_c = limit - margin;
+        let outlook = Outlook { power: &power, reserve: &reserve, budget_c };
         let (stop_safe, stays_stopped) =
             self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c);
         if self.recent_stop_safe.len() == DOWN_DWELL {
             self.recent_stop_safe.pop_front();
         }
         self.recent_stop_safe.push_back(stop_safe);
-        let required = if stays_stopped {
-            self.limits.lowest_duty()
-        } else {
-            self.required_duty(junction_c, &power, &reserve, budget_c)
-        };
+        let required =
+            if stays_stopped { self.limits.lowest_duty() } else { self.required_duty(junction_c, outlook) };
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let mut duty = self.smooth(required);
-        if let Some(split) = self
-            .duty
-            .and_then(|current| self.split_drop(current, duty, junction_c, &power, &reserve, budget_c))
+        if let Some(split) = self.duty.and_then(|current| self.split_drop(current, duty, junction_c, outlook))
         {
             duty = split;
             self.down_wait = DOWN_DWELL;
@@ -562,8 +522,9 @@ mod tests {
         c.model.predict(50.0, &power, |_| 0.0, |_, tj| stopped_peak = stopped_peak.max(tj));
         assert!(stopped_peak > budget, "{stopped_peak}");
         let any_time = c.surprise_reserve_with(&power, true, false);
-        assert!(c.stop_survives_any_prompt(50.0, &power, &any_time, budget, HOLD_S));
-        assert!(!c.stop_survives_any_prompt(80.0, &power, &any_time, budget, HOLD_S));
+        let outlook = Outlook { power: &power, reserve: &any_time, budget_c: budget };
+        assert!(c.stop_survives_any_prompt(50.0, outlook, HOLD_S));
+        assert!(!c.stop_survives_any_prompt(80.0, outlook, HOLD_S));
     }
 
     /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
@@ -618,11 +579,13 @@ mod tests {
         let (slow_peak, fast_peak) = (peak(&slow.model), peak(&slow.model.no_slower_than_prior()));
         assert!(fast_peak > slow_peak + 1.0, "{slow_peak} vs {fast_peak}");
         let budget = 0.5 * (slow_peak + fast_peak);
-        assert!(slow.plan_holds(&slow.model, settled, &power, &reserve, budget, 20.0));
-        assert_eq!(slow.split_drop(100.0, 20.0, settled, &power, &reserve, budget), Some(60.0));
-        assert_eq!(slow.split_drop(100.0, 60.0, settled, &power, &reserve, budget), None, "small drop");
-        assert_eq!(slow.split_drop(100.0, 20.0, settled, &power, &reserve, fast_peak + 0.1), None);
-        assert_eq!(fitted.split_drop(100.0, 20.0, settled, &power, &reserve, budget), None);
+        let outlook = Outlook { power: &power, reserve: &reserve, budget_c: budget };
+        assert!(slow.plan_holds(&slow.model, settled, outlook, 20.0));
+        assert_eq!(slow.split_drop(100.0, 20.0, settled, outlook), Some(60.0));
+        assert_eq!(slow.split_drop(100.0, 60.0, settled, outlook), None, "small drop");
+        let roomy = Outlook { budget_c: fast_peak + 0.1, ..outlook };
+        assert_eq!(slow.split_drop(100.0, 20.0, settled, roomy), None);
+        assert_eq!(fitted.split_drop(100.0, 20.0, settled, outlook), None);
     }
 
     /// A fan that takes longer to spin up answers a raised command later, so its plans need a
@@ -641,12 +604,14 @@ mod tests {
         let (power, reserve) = (vec![250.0; 90], vec![0.0; 90]);
         let budget = (60..100)
             .map(f64::from)
-            .find(|&b| (30.0..90.0).contains(&quick.required_duty(70.0, &power, &reserve, b)))
+            .find(|&b| {
+                let outlook = Outlook { power: &power, reserve: &reserve, budget_c: b };
+                (30.0..90.0).contains(&quick.required_duty(70.0, outlook))
+            })
             .expect("a budget the quick fan meets at a middling duty");
-        let (needs_quick, needs_slow) = (
-            quick.required_duty(70.0, &power, &reserve, budget),
-            slow.required_duty(70.0, &power, &reserve, budget),
-        );
+        let outlook = Outlook { power: &power, reserve: &reserve, budget_c: budget };
+        let (needs_quick, needs_slow) =
+            (quick.required_duty(70.0, outlook), slow.required_duty(70.0, outlook));
         assert!(needs_slow > needs_quick + 2.0, "{needs_slow} vs {needs_quick} under {budget} °C");
     }
 
@@ -674,9 +639,10 @@ mod tests {
         );
         let budget = peaks.1 + 0.1;
         assert!(peaks.0 > budget + 1.0, "{peaks:?}");
-        let everywhere = c.within_budget(&c.model, 50.0, &power, &reserve, budget, 0, |_| 100.0);
+        let outlook = Outlook { power: &power, reserve: &reserve, budget_c: budget };
+        let everywhere = c.within_budget(&c.model, 50.0, outlook, 0, |_| 100.0);
         assert!(!everywhere, "full speed would not hold the first steps either");
-        assert_eq!(c.required_duty(50.0, &power, &reserve, budget), 20.0);
+        assert_eq!(c.required_duty(50.0, outlook), 20.0);
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
