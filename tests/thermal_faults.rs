@@ -202,6 +202,8 @@ async fn the_status_says_why_the_fan_runs_at_its_duty_while_the_controller_drive
     assert_eq!(t.mode, "predictive");
     assert!(why.starts_with("stopped") || why.contains(" % "), "{why}");
     assert!(decision.budget_c < t.limit_c.unwrap(), "{decision:?}");
+    // The pwm register reads back what was sent, so the fan shows no lag: the fastest is assumed.
+    assert!((decision.fan_lag_s - 2.0).abs() < 0.01, "{decision:?}");
     let json = serde_json::to_value(rig.status.snapshot().thermal).unwrap();
     assert!(json["0000:03:00.0"]["decision"]["required_pct"].is_number(), "{json}");
     rig.write("temp2_input", "garbage\n");

@@ -249,7 +249,7 @@ impl DeviceLoop {
                             t_s,
                             junction_c: r.junction_c,
                             power_w: r.power_w.unwrap_or(0.0),
-                            fan_duty_pct: r.fan_duty_pct.unwrap_or(0.0),
+                            fan_duty_pct: fan_duty_seen(r.fan_duty_pct, self.last_duty.map(|(d, _)| d)),
                             load,
                         };
                         let planned = self.controller.decide(&obs);
@@ -424,4 +424,23 @@ pub async fn control_loop_with(
     });
     // Dropping the loops hands every fan back to firmware auto.
     drop(loops);
+}
+
+/// The fan duty the controller is told: what the device reports, else the duty last sent. A fan
+/// behind an embedded controller reports none; taken as stopped, it would teach the model a fan
+/// that never cools and the controller a fan that never answers its commands.
+fn fan_duty_seen(reported_pct: Option<f64>, sent_pct: Option<f64>) -> f64 {
+    reported_pct.or(sent_pct).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fan_that_reports_no_duty_is_taken_to_run_at_the_duty_sent() {
+        assert_eq!(fan_duty_seen(Some(35.0), Some(60.0)), 35.0);
+        assert_eq!(fan_duty_seen(None, Some(60.0)), 60.0);
+        assert_eq!(fan_duty_seen(None, None), 0.0);
+    }
 }
