@@ -1,7 +1,6 @@
 //! The fan's response to a command: a first-order lag, learned from the duty the fan reports a
 //! period after each command. The controller's plans follow a raised command through the fan's
-//! spin-up instead of taking the new duty at once, and the room kept for a surprise counts the
-//! heatsink's warming until the fan has answered.
+//! spin-up instead of taking the new duty at once.
 
 /// The fastest lag ever assumed, and the one assumed before the fan has shown its own: a device
 /// that reports its command back at once (a pwm register) shows no lag at all, and real fans take
