@@ -15,6 +15,19 @@ const MIN_GAP_PCT: f64 = 10.0;
 /// Weight of one period's move in the learned share (about five commands' worth of memory).
 const GAIN: f64 = 0.2;
 
+/// The duty a fan runs at for a command: the command where it reaches `min_duty_pct`, below it a
+/// stop where the fan may stop (`zero_rpm`) and the floor where it may not.
+pub fn running_duty(command_pct: f64, min_duty_pct: f64, zero_rpm: bool) -> f64 {
+    let command = command_pct.clamp(0.0, 100.0);
+    if command >= min_duty_pct {
+        command
+    } else if zero_rpm {
+        0.0
+    } else {
+        min_duty_pct
+    }
+}
+
 /// A fan's learned response to its command.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FanResponse {

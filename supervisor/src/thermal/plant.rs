@@ -147,14 +147,7 @@ impl PlantSpec {
 
     /// The duty the fan really runs at for a command: below the floor it stops (zero-rpm) or clamps.
     pub fn effective_duty(&self, command_pct: f64) -> f64 {
-        let c = command_pct.clamp(0.0, 100.0);
-        if c >= self.fan.min_duty_pct {
-            c
-        } else if self.fan.zero_rpm {
-            0.0
-        } else {
-            self.fan.min_duty_pct
-        }
+        super::fan::running_duty(command_pct, self.fan.min_duty_pct, self.fan.zero_rpm)
     }
 
     fn sink_to_air_k_per_w(&self, duty_pct: f64) -> f64 {

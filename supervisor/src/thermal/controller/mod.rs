@@ -40,12 +40,7 @@ impl DeviceLimits {
     /// The duty the fan runs at for a command: below the floor it stops where it may, and turns
     /// at the floor where it may not.
     pub fn effective_duty(&self, command_pct: f64) -> f64 {
-        let command = command_pct.clamp(0.0, 100.0);
-        if command >= self.min_duty_pct {
-            command
-        } else {
-            self.lowest_duty()
-        }
+        super::fan::running_duty(command_pct, self.min_duty_pct, self.zero_rpm)
     }
 }
 

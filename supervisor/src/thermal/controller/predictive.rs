@@ -146,10 +146,16 @@ impl Predictive {
         command: impl Fn(usize) -> f64,
     ) -> bool {
         let Outlook { power, reserve, budget_c } = outlook;
-        let duty = self.fan.follow(self.fan_now_pct, power.len(), |k| self.limits.effective_duty(command(k)));
+        let duty = self.fan_follows(power.len(), command);
         let mut ok = true;
         model.predict(junction_c, power, |k| duty[k], |k, tj| ok &= k < from || tj + reserve[k] <= budget_c);
         ok
+    }
+
+    /// The duty the fan turns at over each of `steps` periods from the one it reports now, with
+    /// `command(k)` sent at step k.
+    fn fan_follows(&self, steps: usize, command: impl Fn(usize) -> f64) -> Vec<f64> {
+        self.fan.follow(self.fan_now_pct, steps, |k| self.limits.effective_duty(command(k)))
     }
 
     /// Lowest duty whose plan keeps the junction (plus the surprise reserve) under the budget.
@@ -435,7 +441,7 @@ impl Controller for Predictive {
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
         let mut ahead = None;
-        let spinning = self.fan.follow(self.fan_now_pct, power.len(), |_| self.limits.effective_duty(duty));
+        let spinning = self.fan_follows(power.len(), |_| duty);
         self.model.predict(
             junction_c,
             &power,
