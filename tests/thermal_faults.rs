@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::thermal::{start_fan_loop, start_fan_loop_in, FanLoop, DEV};
+use lucebox::hardware::{Device, SysRoot};
 use lucebox::status::StatusModel;
 use lucebox::thermal::ControlConfig;
 use tokio_util::sync::CancellationToken;
@@ -335,4 +336,58 @@ async fn a_new_device_starts_from_its_cards_prior_and_a_learned_model_wins() {
     assert!(rig.events().iter().any(named), "{:?}", rig.events());
     let rig = rig.stop().await;
     assert_eq!(learned_r_js(&rig), 0.08, "a bad priors file leaves the generic prior");
+}
+
+/// A Strix Halo box: the APU's hwmon reports the junction and power but no fan (the fan belongs
+/// to the embedded controller), and the board's firmware hook drives it. The loop drives the fan
+/// through the hook, takes it to run at the duty last sent (taken as stopped, the fan would be
+/// learned as one that never answers: the slowest lag), and hands it back to the firmware on exit.
+#[tokio::test]
+async fn a_fan_behind_an_embedded_controller_is_driven_through_the_board_hook() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal/rx6800-hwmon");
+    assert!(std::process::Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
+    let root = dir.path().join("rx6800-hwmon");
+    let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
+    for fan_file in ["pwm1", "pwm1_enable", "fan1_input", "fan1_min", "fan1_max"] {
+        std::fs::remove_file(root.join(&hwmon_rel).join(fan_file)).unwrap();
+    }
+    let hooks = dir.path().join("board-hooks");
+    let log = dir.path().join("hook-events");
+    std::fs::create_dir(&hooks).unwrap();
+    for name in ["set-fan", "fan-auto"] {
+        let path = hooks.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\ncat >> {0}; echo >> {0}\n", log.display())).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
+    let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
+    let (status, cancel) = (StatusModel::new(), CancellationToken::new());
+    let (_tx, load) = tokio::sync::watch::channel(None);
+    let state = tempfile::tempdir().unwrap();
+    let task = tokio::spawn(lucebox::thermal::control_loop_with(
+        config,
+        vec![device],
+        SysRoot::new(&root),
+        state.path().to_path_buf(),
+        load,
+        status.clone(),
+        cancel.clone(),
+    ));
+    let thermal = || status.snapshot().thermal.get("0000:03:00.0").cloned();
+    let events = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(eventually(|| events().contains("\"set-fan\""), |_| {}).await, "{:?}", thermal());
+    let t = thermal().expect("thermal status published");
+    assert_eq!((t.mode.as_str(), t.actuator.as_str()), ("predictive", "firmware-hook"), "{t:?}");
+    assert_eq!(t.fan_duty_pct, None, "the tree reports no fan");
+    // Enough periods for a fan reported at 0 % under a 20 % command to be learned as the slowest.
+    ticks(40).await;
+    let decision = thermal().and_then(|t| t.decision).expect("the controller's plans");
+    assert!((decision.fan_lag_s - 2.0).abs() < 0.01, "{decision:?}");
+    cancel.cancel();
+    task.await.unwrap();
+    let last = events().lines().last().map(str::to_string);
+    assert_eq!(last.as_deref(), Some("{\"event\":\"fan-auto\"}"), "{}", events());
 }

@@ -189,7 +189,7 @@ pub fn run(spec: &PlantSpec, trace: &[Request], options: &BenchOptions) -> Resul
         };
         let (result, driver) = simulate(spec, trace, kind, start, limit_c, steps, options.seed, log);
         if let (Some(files), Some((params, forecast))) = (&learned, driver.learned()) {
-            files.save(params, forecast)?;
+            files.save(&params, forecast)?;
         }
         results.insert(kind.name(), result);
     }
@@ -238,7 +238,7 @@ enum Driver {
 }
 
 impl Driver {
-    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
+    fn learned(&self) -> Option<(ModelParams, &PowerForecast)> {
         match self {
             Driver::Observing(controller) => controller.learned(),
             Driver::Oracle(_) => None,

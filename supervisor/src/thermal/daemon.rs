@@ -300,7 +300,7 @@ impl DeviceLoop {
 
     fn save_learned(&self) {
         let Some((params, forecast)) = self.controller.learned() else { return };
-        if let Err(e) = self.learned.save(params, forecast) {
+        if let Err(e) = self.learned.save(&params, forecast) {
             tracing::warn!("learned thermal state of {}: {e}", self.id);
         }
     }

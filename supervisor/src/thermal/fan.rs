@@ -34,24 +34,26 @@ pub struct FanResponse {
     dt_s: f64,
     /// Share of the gap between the reported duty and the command that one period closes.
     share: f64,
-    /// Periods learned from.
-    moves: u32,
+    /// Whether the lag is the fan's own: resumed from an earlier run, or learned from a command
+    /// that moved it in this one.
+    own: bool,
 }
 
 impl FanResponse {
     /// Starts at [`FASTEST_LAG_S`], for a controller deciding every `dt_s`.
     pub fn new(dt_s: f64) -> Self {
-        Self::with_lag(FASTEST_LAG_S, dt_s)
+        Self { own: false, ..Self::with_lag(FASTEST_LAG_S, dt_s) }
     }
 
     /// Starts from a lag learned before (a restart resumes it).
     pub fn with_lag(lag_s: f64, dt_s: f64) -> Self {
-        Self { dt_s, share: share_per_period(lag_s.clamp(FASTEST_LAG_S, SLOWEST_LAG_S), dt_s), moves: 0 }
+        Self { dt_s, share: share_per_period(lag_s.clamp(FASTEST_LAG_S, SLOWEST_LAG_S), dt_s), own: true }
     }
 
-    /// Whether a command has moved the fan since this started: only then is its lag its own.
-    pub fn has_learned(&self) -> bool {
-        self.moves > 0
+    /// The lag to keep for the next run: none until this fan has shown its own (an assumed lag
+    /// is not saved, so a later build's starting point still applies).
+    pub fn own_lag_s(&self) -> Option<f64> {
+        self.own.then(|| self.lag_s())
     }
 
     /// Learns from one period: the fan reported `before_pct`, was sent `command_pct` (what it
@@ -64,7 +66,7 @@ impl FanResponse {
         }
         let moved = ((after_pct - before_pct) / gap).clamp(0.0, 1.0);
         self.share += (moved - self.share) * GAIN;
-        self.moves = self.moves.saturating_add(1);
+        self.own = true;
     }
 
     /// Time constant of the fan's first-order response, within [`FASTEST_LAG_S`] and the
@@ -141,6 +143,18 @@ mod tests {
         }
         assert_eq!(echo.lag_s(), FASTEST_LAG_S);
         assert_eq!(stuck.lag_s(), SLOWEST_LAG_S);
+    }
+
+    /// Only a lag the fan has shown is kept for the next run: one resumed from an earlier run, or
+    /// one learned from a command that moved the fan; the assumed starting lag is not.
+    #[test]
+    fn only_a_lag_the_fan_has_shown_is_kept() {
+        let mut fan = FanResponse::new(1.0);
+        fan.observe(25.0, 20.0, 25.0);
+        assert_eq!(fan.own_lag_s(), None, "a move under the gap teaches nothing");
+        fan.observe(60.0, 20.0, 60.0);
+        assert_eq!(fan.own_lag_s(), Some(FASTEST_LAG_S));
+        assert_eq!(FanResponse::with_lag(6.0, 1.0).own_lag_s().map(|l| (l * 1e6).round() / 1e6), Some(6.0));
     }
 
     /// The mean duty over each period lies between the duties at its ends, a fan already at its

@@ -166,7 +166,7 @@ pub trait Controller {
         None
     }
     /// What the controller has learned, to keep across restarts, if it learns.
-    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
+    fn learned(&self) -> Option<(ModelParams, &PowerForecast)> {
         None
     }
     /// Why the last duty was chosen, if the controller plans.

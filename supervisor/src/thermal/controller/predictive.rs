@@ -106,8 +106,10 @@ struct ReplayStep {
 }
 
 impl Predictive {
-    pub fn new(limits: DeviceLimits, params: ModelParams, dt_s: f64) -> Self {
-        let fan = params.fan_lag_s.map_or(FanResponse::new(dt_s), |lag| FanResponse::with_lag(lag, dt_s));
+    pub fn new(limits: DeviceLimits, mut params: ModelParams, dt_s: f64) -> Self {
+        // The fan's lag lives in `fan` alone while running; `learned` puts it back for saving.
+        let fan =
+            params.fan_lag_s.take().map_or(FanResponse::new(dt_s), |lag| FanResponse::with_lag(lag, dt_s));
         Self {
             limits,
             model: ThermalModel::new(params, dt_s),
@@ -369,9 +371,6 @@ impl Controller for Predictive {
         }
         if let Some(sent) = self.duty {
             self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
-            if self.fan.has_learned() {
-                self.model.params.fan_lag_s = Some(self.fan.lag_s());
-            }
         }
         self.fan_now_pct = obs.fan_duty_pct;
         self.learn_bias(obs);
@@ -466,8 +465,9 @@ impl Controller for Predictive {
         self.predicted_peak_c
     }
 
-    fn learned(&self) -> Option<(&ModelParams, &PowerForecast)> {
-        Some((&self.model.params, &self.forecast))
+    fn learned(&self) -> Option<(ModelParams, &PowerForecast)> {
+        let params = ModelParams { fan_lag_s: self.fan.own_lag_s(), ..self.model.params.clone() };
+        Some((params, &self.forecast))
     }
 
     fn detail(&self) -> Option<DecisionDetail> {
