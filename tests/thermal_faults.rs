@@ -8,8 +8,8 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::thermal::{start_fan_loop, start_fan_loop_in, FanLoop, DEV};
-use lucebox::hardware::{Device, SysRoot};
+use common::thermal::{spawn_control_loop, start_fan_loop, start_fan_loop_in, FanLoop, DEV};
+use lucebox::hardware::Device;
 use lucebox::status::StatusModel;
 use lucebox::thermal::ControlConfig;
 use tokio_util::sync::CancellationToken;
@@ -364,18 +364,8 @@ async fn a_fan_behind_an_embedded_controller_is_driven_through_the_board_hook() 
     }
     let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
     let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
-    let (status, cancel) = (StatusModel::new(), CancellationToken::new());
-    let (_tx, load) = tokio::sync::watch::channel(None);
     let state = tempfile::tempdir().unwrap();
-    let task = tokio::spawn(lucebox::thermal::control_loop_with(
-        config,
-        vec![device],
-        SysRoot::new(&root),
-        state.path().to_path_buf(),
-        load,
-        status.clone(),
-        cancel.clone(),
-    ));
+    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
     let thermal = || status.snapshot().thermal.get("0000:03:00.0").cloned();
     let events = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(eventually(|| events().contains("\"set-fan\""), |_| {}).await, "{:?}", thermal());

@@ -57,17 +57,29 @@ pub fn start_fan_loop_in(
     let root = dir.path().join(fixture);
     let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
     let device = amd_hwmon_device(arch, &hwmon_rel);
+    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let hwmon = root.join(&hwmon_rel);
+    FanLoop { dir, root, hwmon, state, status, cancel, task }
+}
+
+/// Starts the fan control loop on `device` under `root`, keeping its state in `state`, with no
+/// engine load signal: the status it publishes to, its cancel token and its task.
+pub fn spawn_control_loop(
+    device: Device,
+    root: &Path,
+    config: ControlConfig,
+    state: &Path,
+) -> (StatusModel, CancellationToken, tokio::task::JoinHandle<()>) {
     let (status, cancel) = (StatusModel::new(), CancellationToken::new());
     let (_tx, load) = tokio::sync::watch::channel(None);
     let task = tokio::spawn(control_loop_with(
         config,
         vec![device],
-        SysRoot::new(&root),
-        state.path().to_path_buf(),
+        SysRoot::new(root),
+        state.to_path_buf(),
         load,
         status.clone(),
         cancel.clone(),
     ));
-    let hwmon = root.join(&hwmon_rel);
-    FanLoop { dir, root, hwmon, state, status, cancel, task }
+    (status, cancel, task)
 }
