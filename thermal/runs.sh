@@ -7,13 +7,14 @@
 #             plant on every trace of the first SEEN_SETS sets. RUNS=fifth is the fifth held-out
 #             set, which judged one change on 2026-12-05 (thermal/README.md) and is no longer
 #             held out; RUNS=all leaves it out so that its figures stay comparable with earlier
-#             ones.
+#             ones. RUNS=sixth is the set kept back to judge the next change to the controller:
+#             run it once, for that.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
-  "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin")
+  "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
-  "kb-assistant-holdout" "home-lab-holdout")
+  "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
@@ -26,8 +27,9 @@ each_run() {
       third) set_runs 3 "$ceiling" ;;
       fourth) set_runs 4 "$ceiling" ;;
       fifth) set_runs 5 "$ceiling" ;;
+      sixth) set_runs 6 "$ceiling" ;;
       all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third, fourth, fifth or all, not $RUNS" >&2; return 2 ;;
+      *) echo "RUNS must be first, second, third, fourth, fifth, sixth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
 }

@@ -179,6 +179,37 @@ def home_lab(seed=8, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def parallel_agents(seed=9, duration=3600.0):
+    """Sixth held-out trace: an evening of parallel coding agents. Three agents work at once, each
+    in sessions of 6-20 turns: the context starts at 3-8 k tokens and grows by 0.5-3 k a turn
+    (capped at 32 k), each turn writes 100-800 tokens, and a tool call (tests, a build, a search)
+    takes 2-40 s before the next turn; 1-5 minutes between an agent's sessions. From 20 to 30
+    minutes they all wait for a person's review (no requests; a session under way stops there);
+    after 50 minutes only one agent is left."""
+    rng = random.Random(seed)
+    rows = []
+    for agent in range(3):
+        t, session = rng.uniform(5.0, 60.0), 0
+        end = duration if agent == 0 else 3000.0
+        while t < end:
+            if 1200.0 <= t < 1800.0:
+                t = 1800.0 + rng.uniform(5.0, 60.0)
+                continue
+            session += 1
+            context = rng.randint(3000, 8000)
+            for _ in range(rng.randint(6, 20)):
+                if 1200.0 <= t < 1800.0 or t >= end:
+                    break
+                out = rng.randint(100, 800)
+                rows.append((round(t, 1), min(context, 32000), out, f"a{agent}s{session}"))
+                context += out + rng.randint(500, 3000)
+                # The turn's own time (~38 tok/s decode) and the tool call after it.
+                t += out / 38.0 + rng.uniform(2.0, 40.0)
+            t += rng.uniform(60.0, 300.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -188,3 +219,4 @@ if __name__ == "__main__":
     write("office-holdout.csv", "t_s,prompt_tokens,output_tokens,session", office())
     write("kb-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", kb_assistant())
     write("home-lab-holdout.csv", "t_s,prompt_tokens,output_tokens,session", home_lab())
+    write("parallel-agents-holdout.csv", "t_s,prompt_tokens,output_tokens,session", parallel_agents())
