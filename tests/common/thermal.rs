@@ -51,15 +51,21 @@ pub fn start_fan_loop_in(
     config: ControlConfig,
     state: tempfile::TempDir,
 ) -> FanLoop {
-    let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal").join(fixture);
-    assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
-    let root = dir.path().join(fixture);
+    let (dir, root) = copy_fixture(fixture);
     let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
     let device = amd_hwmon_device(arch, &hwmon_rel);
     let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
     let hwmon = root.join(&hwmon_rel);
     FanLoop { dir, root, hwmon, state, status, cancel, task }
+}
+
+/// A private copy of `tests/fixtures/thermal/<fixture>`: the folder holding it, and its root.
+pub fn copy_fixture(fixture: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/thermal").join(fixture);
+    assert!(Command::new("cp").arg("-a").arg(&src).arg(dir.path()).status().unwrap().success());
+    let root = dir.path().join(fixture);
+    (dir, root)
 }
 
 /// Starts the fan control loop on `device` under `root`, keeping its state in `state`, with no
