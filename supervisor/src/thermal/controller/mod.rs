@@ -28,13 +28,10 @@ pub struct DeviceLimits {
 }
 
 impl DeviceLimits {
-    /// The lowest duty this device accepts that keeps the fan turning, or 0 where it may stop.
+    /// The lowest duty this device accepts that keeps the fan turning, or 0 where it may stop:
+    /// what a command of 0 runs at.
     pub fn lowest_duty(&self) -> f64 {
-        if self.zero_rpm {
-            0.0
-        } else {
-            self.min_duty_pct
-        }
+        self.effective_duty(0.0)
     }
 
     /// The duty the fan runs at for a command: below the floor it stops where it may, and turns
