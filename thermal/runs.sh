@@ -5,7 +5,7 @@
 #             and trace; RUNS=second, third or fourth, the runs a later held-out set added (its
 #             plants on every trace so far, the earlier plants on its trace); RUNS=all, every
 #             plant on every trace of the first SEEN_SETS sets. RUNS=fifth is the fifth held-out
-#             set, which judged one change on 2026-12-05 (thermal/README.md) and is no longer
+#             set, which judged one change on 2026-12-05 (thermal/FINDINGS.md) and is no longer
 #             held out; RUNS=all leaves it out so that its figures stay comparable with earlier
 #             ones. RUNS=sixth is the set kept back to judge the next change to the controller:
 #             run it once, for that.

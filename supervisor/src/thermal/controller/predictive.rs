@@ -48,7 +48,8 @@ const STOP_DWELL: usize = 30;
 const SEARCH_RESOLUTION_PCT: f64 = 1.0;
 /// The room kept for a surprise counts the heatsink's warming for a period (until the prompt is
 /// seen) and this much more: the plans that follow see the fan's own spin-up. Counting each fan's
-/// learned lag here instead cost more duty than it bought in safety (thermal/README.md).
+/// learned lag here instead cost more duty than it bought in safety (thermal/FINDINGS.md, "The
+/// fan's lag, learned").
 const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
 /// at now, whatever is sent.
