@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 /// Learning rate of the per-phase power and rate averages.
 const ALPHA: f64 = 0.2;
+/// Per period that shows one, the fastest prefill seen is forgotten by this factor (a new
+/// model or profile may prefill slower).
+const FAST_PREFILL_DECAY: f64 = 0.98;
 /// Streams tracked separately for decode power; more share the last entry's slope.
 const MAX_STREAMS_TRACKED: usize = 16;
 /// Per new request the "large prompt" memory decays by this factor.
@@ -68,7 +71,12 @@ pub struct PowerForecast {
     idle_w: f64,
     prefill_w: f64,
     decode_w: [Option<f64>; MAX_STREAMS_TRACKED],
+    /// Prefill rate measured across periods (a prompt still waiting at two samples in a row).
     prefill_tokens_per_s: f64,
+    /// The fastest prefill shown within one period, slowly forgotten (0 until one is shown;
+    /// absent from forecasts saved before it was learned).
+    #[serde(default)]
+    fast_prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     /// The largest prefill backlog a prompt (or prompts arriving together) brought, slowly
     /// forgotten: the size of a surprise to keep room for.
@@ -112,6 +120,7 @@ impl PowerForecast {
             prefill_w: 300.0,
             decode_w: [None; MAX_STREAMS_TRACKED],
             prefill_tokens_per_s: 1000.0,
+            fast_prefill_tokens_per_s: 0.0,
             decode_tokens_per_s: 30.0,
             large_prompt_tokens: 4000.0,
             typical_prompt_tokens: 2000.0,
@@ -155,9 +164,19 @@ impl PowerForecast {
         }
     }
 
-    /// Seconds an unannounced large prompt (or burst of prompts) would keep the GPU in prefill.
+    /// Seconds an unannounced large prompt (or burst of prompts) would keep the GPU in prefill,
+    /// at the rate measured across periods only. A card that prefills a prompt within a period
+    /// keeps the prior's slow rate here, and that is the room a burst of such prompts needs: they
+    /// hold it near prefill power for seconds, though the backlog never shows more than one
+    /// (thermal/FINDINGS.md, "Sizing a surprise by bursts").
     pub fn large_prefill_s(&self) -> f64 {
         self.large_prompt_tokens / self.prefill_tokens_per_s
+    }
+
+    /// The prefill rate the queue and the requests still to come are forecast at: the best
+    /// estimate, where the surprise's is the cautious one.
+    fn expected_prefill_tokens_per_s(&self) -> f64 {
+        self.prefill_tokens_per_s.max(self.fast_prefill_tokens_per_s)
     }
 
     /// Learns from one sample: `power_w` was drawn over the period that ended with `load`.
@@ -186,6 +205,7 @@ impl PowerForecast {
     }
 
     fn learn_rates(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
+        self.learn_fast_prefill(prev, now, dt_s);
         let same_slots = prev.slots.len() == now.slots.len()
             && prev
                 .slots
@@ -206,6 +226,30 @@ impl PowerForecast {
             if n == m && done > 0.0 {
                 self.decode_tokens_per_s += ALPHA * (done / (n as f64 * dt_s) - self.decode_tokens_per_s);
             }
+        }
+    }
+
+    /// A prompt prefilled within one period (a short prompt on a fast card) never shows two
+    /// prefill samples in a row, so `learn_rates` never sees its rate. The prompt tokens of the
+    /// slots seen at the last sample that a period ending with none waiting prefilled took at
+    /// most the period: a floor for the rate. A slot new in this period is left out: its count
+    /// includes the tokens the engine took from its prompt cache.
+    fn learn_fast_prefill(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
+        if dt_s <= 0.0 || now.waiting_prompt_tokens() > 0 {
+            return;
+        }
+        let prefilled: u64 = now
+            .slots
+            .iter()
+            .filter_map(|slot| {
+                let before =
+                    prev.slots.iter().find(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens)?;
+                Some(slot.prompt_processed.saturating_sub(before.prompt_processed))
+            })
+            .sum();
+        if prefilled > 0 {
+            let forgotten = self.fast_prefill_tokens_per_s * FAST_PREFILL_DECAY;
+            self.fast_prefill_tokens_per_s = forgotten.max(prefilled as f64 / dt_s);
         }
     }
 
@@ -265,7 +309,7 @@ impl PowerForecast {
             _ => 0.0,
         };
         let rate = over_window.max(over_burst);
-        let prefill_s = self.typical_prompt_tokens / self.prefill_tokens_per_s;
+        let prefill_s = self.typical_prompt_tokens / self.expected_prefill_tokens_per_s();
         let decode_s = self.typical_output_tokens / self.decode_tokens_per_s;
         let energy_j = prefill_s * (self.prefill_w - self.idle_w).max(0.0)
             + decode_s * (self.decode_w(1) - self.idle_w).max(0.0);
@@ -320,13 +364,14 @@ impl PowerForecast {
         let watts = [("idle_w", self.idle_w), ("prefill_w", self.prefill_w)]
             .into_iter()
             .chain(self.decode_w.iter().flatten().map(|&w| ("decode_w", w)));
+        let fast = ("fast_prefill_tokens_per_s", self.fast_prefill_tokens_per_s);
         let tokens = [
             ("large_prompt_tokens", self.large_prompt_tokens),
             ("typical_prompt_tokens", self.typical_prompt_tokens),
             ("typical_output_tokens", self.typical_output_tokens),
         ];
         let gap = self.gap_floor_s.map(|g| ("gap_floor_s", g));
-        for (field, v) in watts.chain(tokens).chain(gap) {
+        for (field, v) in watts.chain(tokens).chain(gap).chain([fast]) {
             if !(v.is_finite() && v >= 0.0) {
                 return Err((field, format!("{v} is not a finite, non-negative number")));
             }
@@ -406,7 +451,7 @@ impl PowerForecast {
                 streams.push(self.typical_output_tokens);
             }
             if waiting > 0.0 {
-                waiting -= self.prefill_tokens_per_s * dt_s;
+                waiting -= self.expected_prefill_tokens_per_s() * dt_s;
                 out.push(self.prefill_w);
             } else if !streams.is_empty() {
                 out.push(self.decode_w(streams.len() as u32));
@@ -561,6 +606,58 @@ mod tests {
         f.observe(&signal(joined), 300.0, 1.0);
         assert_eq!(f.large_prompt_tokens, 21_000.0, "the 12,000 still waiting and the new 9,000");
         assert!(f.large_prefill_s() > 4.0 * single);
+    }
+
+    /// A fast card with short prompts: each is seen waiting at one sample and done by the next,
+    /// so no two prefill samples come in a row. The queue and the stream are forecast at the
+    /// rate it showed; the surprise keeps the rate measured across periods (here the prior).
+    #[test]
+    fn a_prompt_prefilled_within_a_period_teaches_the_expected_rate_only() {
+        let mut f = PowerForecast::new();
+        let slow = PowerForecast::new();
+        for id in 1..=10u32 {
+            f.observe(&signal(vec![slot(id, 6000, 0, 20)]), 500.0, 1.0);
+            f.observe(&signal(vec![slot(id, 6000, 6000, 10)]), 400.0, 1.0);
+            f.observe(&LoadSignal::default(), 30.0, 1.0);
+        }
+        assert_eq!(f.fast_prefill_tokens_per_s, 6000.0);
+        assert_eq!(f.prefill_tokens_per_s, slow.prefill_tokens_per_s, "no two prefill samples in a row");
+        assert_eq!(f.large_prefill_s(), 6.0, "6000 tokens at the prior's 1000 tok/s");
+        let queued = signal(vec![slot(11, 12_000, 0, 10)]);
+        let prefill_steps = |f: &PowerForecast| {
+            f.power(Some(&queued), 30, 1.0).iter().take_while(|&&w| w == f.prefill_w()).count()
+        };
+        assert_eq!(prefill_steps(&f), 2, "12,000 tokens at 6000 tok/s");
+        assert_eq!(prefill_steps(&slow), 12);
+        // A resumed forecast keeps the rate; one saved before it was learned starts without it.
+        let json = serde_json::to_value(&f).unwrap();
+        let resumed: PowerForecast = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(resumed.fast_prefill_tokens_per_s, 6000.0);
+        let mut older = json;
+        older.as_object_mut().unwrap().remove("fast_prefill_tokens_per_s");
+        let older: PowerForecast = serde_json::from_value(older).unwrap();
+        assert_eq!((older.fast_prefill_tokens_per_s, older.check()), (0.0, Ok(())));
+        let mut bad = f.clone();
+        bad.fast_prefill_tokens_per_s = f64::NAN;
+        assert_eq!(bad.check().map_err(|(field, _)| field), Err("fast_prefill_tokens_per_s"));
+    }
+
+    /// A slot that appears already prefilled may have taken its prompt from the engine's cache,
+    /// which says nothing of the rate; and a slower model later lowers the rate again.
+    #[test]
+    fn a_cached_prompt_teaches_no_rate_and_a_fast_one_is_forgotten() {
+        let mut f = PowerForecast::new();
+        f.observe(&LoadSignal::default(), 30.0, 1.0);
+        f.observe(&signal(vec![slot(1, 20_000, 20_000, 50)]), 300.0, 1.0);
+        assert_eq!(f.fast_prefill_tokens_per_s, 0.0);
+        f.observe(&signal(vec![slot(2, 3000, 1000, 50)]), 300.0, 1.0);
+        f.observe(&signal(vec![slot(2, 3000, 3000, 40)]), 300.0, 1.0);
+        assert_eq!(f.fast_prefill_tokens_per_s, 2000.0, "the 2000 tokens left at the last sample");
+        for id in 3..=60u32 {
+            f.observe(&signal(vec![slot(id, 600, 0, 5)]), 300.0, 1.0);
+            f.observe(&signal(vec![slot(id, 600, 600, 4)]), 300.0, 1.0);
+        }
+        assert!((600.0..700.0).contains(&f.fast_prefill_tokens_per_s), "{}", f.fast_prefill_tokens_per_s);
     }
 
     /// One user who waits for each answer: the next prompt is the surprise reserve's, not a stream.
