@@ -145,6 +145,30 @@ fn a_fan_that_never_stops_does_not_pay_for_the_stream() {
     assert!(mean(p) < mean(target), "predictive {p} vs target {target}");
 }
 
+/// Every plant and trace in `thermal/` loads as the bench reads it, including a held-out set kept
+/// back (whose files nothing else runs until it judges a change): stock alone, one second each.
+#[test]
+fn every_shipped_plant_and_trace_loads() {
+    let files = |dir: &str, ext: &str| -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == ext))
+            .collect();
+        found.sort();
+        found
+    };
+    let (plants, traces) = (files("thermal/plants", "toml"), files("thermal/traces", "csv"));
+    assert!(plants.len() >= 12 && traces.len() >= 10, "{plants:?} {traces:?}");
+    let one_second = ["--controller", "stock", "--duration", "1", "--json"];
+    for plant in &plants {
+        ok(bench(plant, &traces[0], &one_second));
+    }
+    for trace in &traces {
+        ok(bench(&plants[0], trace, &one_second));
+    }
+}
+
 /// The predictive controller alone on a shipped plant and trace, cut at `duration_s`.
 fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32, seed: u32) {
     let trace = repo().join("thermal/traces").join(trace);

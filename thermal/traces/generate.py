@@ -210,6 +210,38 @@ def parallel_agents(seed=9, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def pipelines(seed=10, duration=3600.0):
+    """Seventh held-out trace: a small office's scheduled pipelines with chat around them, for an
+    hour. Every 8-12 minutes a pipeline summarises a batch of 6-20 documents one step after
+    another: each step (6-16 k tokens in, 150-500 out) is sent 0.1-1.5 s after the previous answer
+    ends. One to three people chat meanwhile: sessions start every 3 minutes on average, 2-6
+    turns of a context growing from 200-1500 tokens, 100-600-token answers, 15-60 s of reading."""
+    rng = random.Random(seed)
+    rows = []
+    start, run = rng.uniform(30.0, 120.0), 0
+    while start < duration:
+        run += 1
+        t = start
+        for _ in range(rng.randint(6, 20)):
+            prompt, out = rng.randint(6000, 16000), rng.randint(150, 500)
+            rows.append((round(t, 1), prompt, out, f"p{run}"))
+            # The step's own time on a ~1400 tok/s prefill, ~42 tok/s decode box, then the next.
+            t += prompt / 1400.0 + out / 42.0 + rng.uniform(0.1, 1.5)
+        start += rng.uniform(480.0, 720.0)
+    start, session = rng.uniform(5.0, 60.0), 0
+    while start < duration:
+        session += 1
+        t, context = start, rng.randint(200, 1500)
+        for _ in range(rng.randint(2, 6)):
+            out = rng.randint(100, 600)
+            rows.append((round(t, 1), context, out, f"chat{session}"))
+            context += out + rng.randint(20, 200)
+            t += out / 42.0 + rng.uniform(15.0, 60.0)
+        start += rng.expovariate(1.0 / 180.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -220,3 +252,4 @@ if __name__ == "__main__":
     write("kb-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", kb_assistant())
     write("home-lab-holdout.csv", "t_s,prompt_tokens,output_tokens,session", home_lab())
     write("parallel-agents-holdout.csv", "t_s,prompt_tokens,output_tokens,session", parallel_agents())
+    write("pipelines-holdout.csv", "t_s,prompt_tokens,output_tokens,session", pipelines())
