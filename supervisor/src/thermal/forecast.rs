@@ -53,6 +53,17 @@ pub enum Phase {
     Decode(u32),
 }
 
+/// Whether two samples of a slot show the same request: the slot's id is reused, the prompt
+/// length tells requests apart.
+fn same_request(a: &SlotLoad, b: &SlotLoad) -> bool {
+    a.id == b.id && a.prompt_tokens == b.prompt_tokens
+}
+
+/// The slot of `prev` that holds the same request as `slot`, if any.
+fn earlier<'a>(prev: &'a LoadSignal, slot: &SlotLoad) -> Option<&'a SlotLoad> {
+    prev.slots.iter().find(|p| same_request(p, slot))
+}
+
 pub fn phase(load: &LoadSignal) -> Phase {
     if load.waiting_prompt_tokens() > 0 {
         Phase::Prefill
@@ -207,11 +218,7 @@ impl PowerForecast {
     fn learn_rates(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
         self.learn_fast_prefill(prev, now, dt_s);
         let same_slots = prev.slots.len() == now.slots.len()
-            && prev
-                .slots
-                .iter()
-                .zip(&now.slots)
-                .all(|(a, b)| a.id == b.id && a.prompt_tokens == b.prompt_tokens);
+            && prev.slots.iter().zip(&now.slots).all(|(a, b)| same_request(a, b));
         if !same_slots || dt_s <= 0.0 {
             return;
         }
@@ -242,8 +249,7 @@ impl PowerForecast {
             .slots
             .iter()
             .filter_map(|slot| {
-                let before =
-                    prev.slots.iter().find(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens)?;
+                let before = earlier(prev, slot)?;
                 Some(slot.prompt_processed.saturating_sub(before.prompt_processed))
             })
             .sum();
@@ -255,11 +261,7 @@ impl PowerForecast {
 
     /// Learns whether requests come while the engine is busy and how long it sits idle first.
     fn learn_arrivals(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
-        let new_slots = now
-            .slots
-            .iter()
-            .filter(|s| !prev.slots.iter().any(|p| p.id == s.id && p.prompt_tokens == s.prompt_tokens))
-            .count() as u32;
+        let new_slots = now.slots.iter().filter(|s| earlier(prev, s).is_none()).count() as u32;
         // A request admitted from the queue was counted when it was deferred.
         let admitted = prev.requests_deferred.saturating_sub(now.requests_deferred);
         let queued = now.requests_deferred.saturating_sub(prev.requests_deferred);
@@ -396,9 +398,7 @@ impl PowerForecast {
 
     /// Learns prompt and answer sizes, and the size of a surprise, from the slots new since `prev`.
     fn learn_prompts(&mut self, prev: &LoadSignal, now: &LoadSignal) {
-        let is_new = |slot: &SlotLoad| {
-            !prev.slots.iter().any(|p| p.id == slot.id && p.prompt_tokens == slot.prompt_tokens)
-        };
+        let is_new = |slot: &SlotLoad| earlier(prev, slot).is_none();
         let mut new_slots = 0;
         for slot in now.slots.iter().filter(|s| is_new(s)) {
             new_slots += 1;
