@@ -45,7 +45,8 @@ fn run_serves_a_chat_completion_and_stops_cleanly() {
 /// llama-server standing in for its Vulkan build: the fan loop must drive the card under the
 /// engine's load and account its own CPU time. A short run; the figure itself is the script's job.
 /// The card starts from its entry in the active profile set's thermal priors, and what the loop
-/// learned is left in `<state_dir>/thermal/` when the supervisor stops.
+/// learned is left in `<state_dir>/thermal/` when the supervisor stops, its forecast naming the model
+/// the engine served.
 #[test]
 fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -83,4 +84,6 @@ fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
     let [forecast, model] = learned[..] else { panic!("{report}") };
     assert!(model.starts_with("0000_03_00.0-") && model.ends_with(".json"), "{report}");
     assert_eq!(forecast, model.replace(".json", ".forecast.json"), "{report}");
+    // The load publisher named the served model, and the forecast was learned with it.
+    assert_eq!(report["forecast_models"], serde_json::json!(["tiny-llama.gguf"]), "{report}");
 }

@@ -12,6 +12,7 @@ use common::thermal::{copy_fixture, spawn_control_loop, start_fan_loop, start_fa
 use lucebox::hardware::Device;
 use lucebox::status::StatusModel;
 use lucebox::thermal::ControlConfig;
+use lucebox_engine::LoadSignal;
 use tokio_util::sync::CancellationToken;
 
 /// Control period in these tests.
@@ -25,6 +26,7 @@ struct Rig {
     hwmon: PathBuf,
     state: tempfile::TempDir,
     status: StatusModel,
+    load: tokio::sync::watch::Sender<Option<LoadSignal>>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -46,8 +48,8 @@ impl Rig {
     }
 
     fn from(fan_loop: FanLoop) -> Self {
-        let FanLoop { dir, root, hwmon, state, status, cancel, task } = fan_loop;
-        Self { _dir: dir, root, hwmon, state, status, cancel, task: Some(task) }
+        let FanLoop { dir, root, hwmon, state, status, load, cancel, task } = fan_loop;
+        Self { _dir: dir, root, hwmon, state, status, load, cancel, task: Some(task) }
     }
 
     fn file(&self, rel: &str) -> String {
@@ -170,6 +172,49 @@ async fn a_restarted_loop_resumes_what_it_learned_and_names_a_bad_file() {
                 "{life}: the forecast is the prior's"
             );
         }
+    }
+}
+
+/// A profile that loads another model: the loop says so, and the forecast it saves relearns the
+/// engine's phase power and rates from the prior while it keeps what it learned of the users.
+#[tokio::test]
+async fn another_served_model_is_reported_and_its_power_relearned() {
+    let (fixture, arch, hwmon) = ("rx6800-hwmon", "gfx1030", "hwmon2");
+    let serving = |model: &str| Some(LoadSignal { model: Some(model.into()), ..Default::default() });
+    let rig = Rig::start(fixture, arch, hwmon);
+    rig.load.send_replace(serving("big-70b-q4.gguf"));
+    rig.until_driven().await;
+    ticks(5).await;
+    let mut rig = rig.stop().await;
+    let forecast = rig.state.path().join("thermal/0000_03_00.0-serial1.forecast.json");
+    let read =
+        || -> serde_json::Value { serde_json::from_slice(&std::fs::read(&forecast).unwrap()).unwrap() };
+    let mut learned = read();
+    assert_eq!(learned["model"], "big-70b-q4.gguf", "{learned}");
+    // What the big model drew in prefill, and the users' answer length: no engine here relearns
+    // either.
+    learned["prefill_w"] = serde_json::json!(555.0);
+    learned["typical_output_tokens"] = serde_json::json!(777.0);
+    std::fs::write(&forecast, learned.to_string()).unwrap();
+
+    for (life, served) in [("same model", "big-70b-q4.gguf"), ("another model", "small-8b-q8.gguf")] {
+        rig = Rig::restart(fixture, arch, hwmon, rig.state);
+        rig.load.send_replace(serving(served));
+        rig.until_driven().await;
+        let said = "0000:03:00.0: the engine now serves small-8b-q8.gguf (was big-70b-q4.gguf); relearning";
+        let told = || rig.events().iter().any(|m| m.starts_with(said));
+        if life == "another model" {
+            assert!(eventually(told, |_| {}).await, "{life}: {:?}", rig.events());
+        } else {
+            ticks(5).await;
+            assert!(!told(), "{life}: {:?}", rig.events());
+        }
+        rig = rig.stop().await;
+        let saved = read();
+        assert_eq!(saved["model"], served, "{life}: {saved}");
+        let prefill_w = if life == "same model" { 555.0 } else { 300.0 }; // the prior's
+        assert_eq!(saved["prefill_w"], prefill_w, "{life}: {saved}");
+        assert_eq!(saved["typical_output_tokens"], 777.0, "{life}: the users' pattern was lost: {saved}");
     }
 }
 

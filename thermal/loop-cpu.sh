@@ -7,7 +7,7 @@
 # completions back to back. Prints the loop's own CPU account (/api/v1/thermal) and, for context,
 # the whole supervisor's, with what the status said about the fan (`why`, sampled every 5 s);
 # then, after the supervisor stopped, the thermal events and the learned
-# state it left in the state directory. With THERMAL_PRIORS=FILE that file is installed as the
+# state it left in the state directory (its files, and the model its forecast was learned with). With THERMAL_PRIORS=FILE that file is installed as the
 # active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
 # LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
 set -euo pipefail
@@ -94,6 +94,7 @@ work = os.environ["WORK"]
 thermal = json.load(open(work + "/thermal.json"))
 events = [e["message"] for e in json.load(open(work + "/events.json")) if e.get("source") == "thermal"]
 learned = open(work + "/learned").read().split()
+forecasts = [json.load(open(work + "/state/thermal/" + f)) for f in learned if f.endswith(".forecast.json")]
 whys = {}
 for line in open(work + "/whys.jsonl"):
     for t in (json.loads(line).values() if line.strip() else []):
@@ -102,4 +103,5 @@ for id, t in thermal.items():
     print(json.dumps({"device": id, "seconds": int(os.environ["SECONDS_RUN"]), "requests": int(os.environ["REQUESTS"]),
                       "loop_cpu_s": round(t["loop_cpu_s"], 4), "loop_cpu_pct": round(t["loop_cpu_pct"], 4),
                       "supervisor_cpu_pct_during_load": float(os.environ["SUPERVISOR_PCT"]), "mode": t["mode"],
-                      "thermal_events": events, "learned_files": learned, "why_samples": whys}))'
+                      "thermal_events": events, "learned_files": learned,
+                      "forecast_models": [f.get("model") for f in forecasts], "why_samples": whys}))'

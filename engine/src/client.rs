@@ -30,6 +30,10 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// Pooled connections are dropped before llama-server's 5 s keep-alive closes them, so a request
 /// never races the server's close on a reused socket.
 const POOL_IDLE: Duration = Duration::from_secs(2);
+/// How long `load()` trusts the served model's name before reading `/props` again. A new profile
+/// restarts the engine, and a failed `load()` (the engine down meanwhile) makes the next one read
+/// it at once.
+const SERVED_MODEL_REFRESH: Duration = Duration::from_secs(60);
 
 /// What `/health` says about a running engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -106,7 +110,8 @@ impl ClientError {
 }
 
 /// One engine's HTTP surface. Cheap to share behind an `Arc`; `load()` keeps the previous token tally
-/// to turn counters into a rate, and `slots()` the sizes of prompts being prefilled.
+/// to turn counters into a rate and the name of the served model, and `slots()` the sizes of prompts
+/// being prefilled.
 pub struct EngineClient {
     addr: SocketAddr,
     timeout: Duration,
@@ -114,6 +119,8 @@ pub struct EngineClient {
     rate: Mutex<TokenRate>,
     /// Prompt length per (slot, task) for requests still prefilling; pruned to the active ones.
     prompt_sizes: Mutex<HashMap<(u32, i64), u64>>,
+    /// The served model's file name (none where `/props` does not say) and when it was read.
+    served_model: Mutex<Option<(Option<String>, Instant)>>,
 }
 
 impl EngineClient {
@@ -133,6 +140,7 @@ impl EngineClient {
             http,
             rate: Mutex::new(TokenRate::default()),
             prompt_sizes: Mutex::new(HashMap::new()),
+            served_model: Mutex::new(None),
         }
     }
 
@@ -220,13 +228,46 @@ impl EngineClient {
         self.prompt_sizes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The load signal: the deferred-queue gauge from `/metrics`, per-slot progress from `/slots`, and the
-    /// generation rate since the previous call. An engine that offers only one of the two endpoints
-    /// still gives a signal (the other part empty); one that offers neither is an error.
+    /// The load signal: the deferred-queue gauge from `/metrics`, per-slot progress from `/slots`, the
+    /// generation rate since the previous call, and the served model's file name from `/props` (read
+    /// again after a failed call, else once a minute). An engine that offers only one of `/metrics`
+    /// and `/slots` still gives a signal (the other part empty); one that offers neither is an error.
     ///
     /// Metrics are read before slots: a request that finishes between the two reads is missing from
     /// both for this call (rate reads low) and is counted by the next one, never twice.
     pub async fn load(&self) -> Result<LoadSignal, ClientError> {
+        match self.queue().await {
+            Ok(signal) => Ok(LoadSignal { model: self.served_model().await, ..signal }),
+            Err(e) => {
+                // The engine may come back with another model.
+                *self.lock_served_model() = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The served model's file name, from `/props` where the last read is missing or stale.
+    async fn served_model(&self) -> Option<String> {
+        let fresh = |(_, at): &(Option<String>, Instant)| at.elapsed() < SERVED_MODEL_REFRESH;
+        if let Some((name, _)) = self.lock_served_model().as_ref().filter(|read| fresh(read)) {
+            return name.clone();
+        }
+        let path = self.props().await.ok().and_then(|props| props.model_path);
+        let name = path.map(|p| match std::path::Path::new(&p).file_name() {
+            Some(file) => file.to_string_lossy().into_owned(),
+            None => p,
+        });
+        *self.lock_served_model() = Some((name.clone(), Instant::now()));
+        name
+    }
+
+    fn lock_served_model(&self) -> std::sync::MutexGuard<'_, Option<(Option<String>, Instant)>> {
+        // A poisoned lock only means another caller panicked mid-update; the name is still valid.
+        self.served_model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The queue part of [`Self::load`]: `/metrics` and `/slots`.
+    async fn queue(&self) -> Result<LoadSignal, ClientError> {
         let metrics = offered(self.metrics().await)?;
         let slots = offered(self.slots().await)?;
         if metrics.is_none() && slots.is_none() {
@@ -254,6 +295,7 @@ impl EngineClient {
             requests_deferred: metrics.requests_deferred.map_or(0, gauge_u32),
             slots,
             tokens_per_s,
+            model: None,
         })
     }
 

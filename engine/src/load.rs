@@ -30,6 +30,10 @@ pub struct LoadSignal {
     pub slots: Vec<SlotLoad>,
     /// Generation rate over the last interval, if the engine reports it.
     pub tokens_per_s: Option<f64>,
+    /// File name of the model the engine serves (`/props`), where known: what the power and
+    /// rates seen with this signal belong to.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 impl LoadSignal {

@@ -130,6 +130,36 @@ async fn load_follows_a_streaming_completion_and_counters_move() {
     .unwrap();
 }
 
+/// `load()` names the model the engine serves, and reads the name again once the engine was gone:
+/// a new profile restarts the engine on the same port with another model.
+#[tokio::test]
+async fn load_names_the_served_model_and_a_restarted_engine_its_new_one() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let first = LiveEngine::spawn();
+        first.wait_ready(Duration::from_secs(30)).await;
+        // One client across the restart, as the load publisher keeps.
+        let client = lucebox_engine::EngineClient::new(first.client.addr());
+        let name = first.model.file_name().unwrap().to_str().unwrap().to_owned();
+        assert_eq!(client.load().await.unwrap().model, Some(name.clone()));
+
+        let kept = tempfile::tempdir().unwrap();
+        let another = kept.path().join("another-model-q8.gguf");
+        std::fs::copy(&first.model, &another).unwrap();
+        let port = first.port;
+        first.stop().await;
+        let err = client.load().await.unwrap_err();
+        assert!(err.is_connection_refused(), "{err}");
+
+        let second = LiveEngine::spawn_serving(&another, port);
+        second.wait_ready(Duration::from_secs(30)).await;
+        let load = client.load().await.unwrap();
+        assert_eq!(load.model.as_deref(), Some("another-model-q8.gguf"), "still {name}?");
+        second.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn hung_engine_times_out_and_exited_engine_refuses() {
     tokio::time::timeout(TEST_LIMIT, async {

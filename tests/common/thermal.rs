@@ -6,6 +6,8 @@ use std::process::Command;
 use lucebox::hardware::{Device, SysRoot, Telemetry, Vendor};
 use lucebox::status::StatusModel;
 use lucebox::thermal::{control_loop_with, ControlConfig};
+use lucebox_engine::LoadSignal;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The card's folder below the captured root.
@@ -33,12 +35,14 @@ pub struct FanLoop {
     pub hwmon: PathBuf,
     pub state: tempfile::TempDir,
     pub status: StatusModel,
+    /// What the engine's queue shows the loop (none until a test sends it).
+    pub load: watch::Sender<Option<LoadSignal>>,
     pub cancel: CancellationToken,
     pub task: tokio::task::JoinHandle<()>,
 }
 
 /// Copies `tests/fixtures/thermal/<fixture>` and starts the loop on its card (target `arch`, fan
-/// behind `hwmon/<hwmon>`), with no engine load signal and a new state directory.
+/// behind `hwmon/<hwmon>`), with no engine load signal yet and a new state directory.
 pub fn start_fan_loop(fixture: &str, arch: &str, hwmon: &str, config: ControlConfig) -> FanLoop {
     start_fan_loop_in(fixture, arch, hwmon, config, tempfile::tempdir().unwrap())
 }
@@ -54,9 +58,10 @@ pub fn start_fan_loop_in(
     let (dir, root) = copy_fixture(fixture);
     let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
     let device = amd_hwmon_device(arch, &hwmon_rel);
-    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let (load, signal) = watch::channel(None);
+    let (status, cancel, task) = spawn_control_loop_with(device, &root, config, state.path(), signal);
     let hwmon = root.join(&hwmon_rel);
-    FanLoop { dir, root, hwmon, state, status, cancel, task }
+    FanLoop { dir, root, hwmon, state, status, load, cancel, task }
 }
 
 /// A private copy of `tests/fixtures/thermal/<fixture>`: the folder holding it, and its root.
@@ -76,8 +81,18 @@ pub fn spawn_control_loop(
     config: ControlConfig,
     state: &Path,
 ) -> (StatusModel, CancellationToken, tokio::task::JoinHandle<()>) {
+    spawn_control_loop_with(device, root, config, state, watch::channel(None).1)
+}
+
+/// [`spawn_control_loop`] with the engine load the loop reads from `load`.
+pub fn spawn_control_loop_with(
+    device: Device,
+    root: &Path,
+    config: ControlConfig,
+    state: &Path,
+    load: watch::Receiver<Option<LoadSignal>>,
+) -> (StatusModel, CancellationToken, tokio::task::JoinHandle<()>) {
     let (status, cancel) = (StatusModel::new(), CancellationToken::new());
-    let (_tx, load) = tokio::sync::watch::channel(None);
     let task = tokio::spawn(control_loop_with(
         config,
         vec![device],

@@ -81,11 +81,19 @@ impl LiveEngine {
 
     /// As [`spawn`](Self::spawn), with extra engine arguments and environment.
     pub fn spawn_with(extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start(None, free_port(), extra, env)
+    }
+
+    /// As [`spawn`](Self::spawn), serving `model` on `port` (an engine restarted with another model).
+    pub fn spawn_serving(model: &Path, port: u16) -> Self {
+        Self::start(Some(model), port, &[], &[])
+    }
+
+    fn start(model: Option<&Path>, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let server =
             llama_server_path(std::env::var("LUCEBOX_LLAMA_SERVER").ok()).unwrap_or_else(|e| panic!("{e}"));
         let dir = tempfile::tempdir().unwrap();
-        let model = tiny_model(dir.path());
-        let port = free_port();
+        let model = model.map_or_else(|| tiny_model(dir.path()), Path::to_path_buf);
         let log = std::fs::File::create(dir.path().join("engine.log")).unwrap();
         let child = Command::new(server)
             .args(["-m"])

@@ -252,6 +252,7 @@ impl DeviceLoop {
                             fan_duty_pct: fan_duty_seen(r.fan_duty_pct, self.last_duty.map(|(d, _)| d)),
                             load,
                         };
+                        self.report_model_change(obs.load.as_ref(), status);
                         let planned = self.controller.decide(&obs);
                         let duty = planned.max(*floor_pct);
                         decision = self.controller.detail();
@@ -295,6 +296,22 @@ impl DeviceLoop {
             decision: decision.filter(|_| self.mode == Some(Mode::Predictive)),
             loop_cpu_s,
             loop_cpu_pct: (t_s > 0.0).then(|| 100.0 * loop_cpu_s / t_s),
+        }
+    }
+
+    /// Says so when the engine serves another model than the forecast learned with: the next
+    /// decision relearns its phase power and rates from the prior (`PowerForecast::observe`).
+    fn report_model_change(&self, load: Option<&LoadSignal>, status: &StatusModel) {
+        let Some(served) = load.and_then(|load| load.model.as_deref()) else { return };
+        if let Some(was) = self.controller.forecast().model().filter(|&was| was != served) {
+            status.event(
+                "thermal",
+                Level::Info,
+                format!(
+                    "{}: the engine now serves {served} (was {was}); relearning its power and rates",
+                    self.id
+                ),
+            );
         }
     }
 

@@ -79,6 +79,10 @@ pub fn phase(load: &LoadSignal) -> Phase {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PowerForecast {
     version: u32,
+    /// The model (file name) the engine served while the power and rates below were learned;
+    /// absent from forecasts saved before it was kept, and where the engine does not say.
+    #[serde(default)]
+    model: Option<String>,
     idle_w: f64,
     prefill_w: f64,
     decode_w: [Option<f64>; MAX_STREAMS_TRACKED],
@@ -127,6 +131,7 @@ impl PowerForecast {
     pub fn new() -> Self {
         Self {
             version: FORMAT_VERSION,
+            model: None,
             idle_w: 30.0,
             prefill_w: 300.0,
             decode_w: [None; MAX_STREAMS_TRACKED],
@@ -190,8 +195,14 @@ impl PowerForecast {
         self.prefill_tokens_per_s.max(self.fast_prefill_tokens_per_s)
     }
 
+    /// The model the engine served while this was learned, where known.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// Learns from one sample: `power_w` was drawn over the period that ended with `load`.
     pub fn observe(&mut self, load: &LoadSignal, power_w: f64, dt_s: f64) {
+        self.follow_model(load.model.as_deref());
         let Some(prev) = self.last.replace(load.clone()) else {
             self.learn_prompts(&LoadSignal::default(), load);
             return;
@@ -213,6 +224,25 @@ impl PowerForecast {
         }
         self.learn_rates(&prev, load, dt_s);
         self.learn_prompts(&prev, load);
+    }
+
+    /// Another model (a new profile) draws other power in each phase and prefills and decodes at
+    /// other rates: those start again from the prior. Idle power belongs to the card; prompt
+    /// and answer sizes and the arrival pattern belong to the users: they stay. A forecast that
+    /// does not know its model (saved before it was kept) adopts the one served now.
+    fn follow_model(&mut self, served: Option<&str>) {
+        let Some(served) = served.filter(|&served| self.model.as_deref() != Some(served)) else {
+            return;
+        };
+        if self.model.is_some() {
+            let prior = Self::new();
+            self.prefill_w = prior.prefill_w;
+            self.decode_w = prior.decode_w;
+            self.prefill_tokens_per_s = prior.prefill_tokens_per_s;
+            self.fast_prefill_tokens_per_s = prior.fast_prefill_tokens_per_s;
+            self.decode_tokens_per_s = prior.decode_tokens_per_s;
+        }
+        self.model = Some(served.to_owned());
     }
 
     fn learn_rates(&mut self, prev: &LoadSignal, now: &LoadSignal, dt_s: f64) {
@@ -658,6 +688,67 @@ mod tests {
             f.observe(&signal(vec![slot(id, 600, 600, 4)]), 300.0, 1.0);
         }
         assert!((600.0..700.0).contains(&f.fast_prefill_tokens_per_s), "{}", f.fast_prefill_tokens_per_s);
+    }
+
+    /// A profile that loads another model: what each phase draws and the engine's rates start
+    /// again from the prior; the card's idle power and what was learned of the users stay. A
+    /// forecast saved before the model was kept adopts the served one and keeps what it learned.
+    #[test]
+    fn another_model_relearns_phase_power_and_rates_but_keeps_the_users_pattern() {
+        let serving =
+            |model: &str, slots: Vec<SlotLoad>| LoadSignal { model: Some(model.into()), ..signal(slots) };
+        let mut f = PowerForecast::new();
+        for id in 1..=20u32 {
+            f.observe(&serving("a.gguf", vec![slot(id, 3000, 0, 50)]), 420.0, 1.0);
+            f.observe(&serving("a.gguf", vec![slot(id, 3000, 2000, 50)]), 420.0, 1.0);
+            for k in 0..5u64 {
+                f.observe(&serving("a.gguf", vec![slot(id, 3000, 3000, 40 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..3 {
+                f.observe(&serving("a.gguf", vec![]), 25.0, 1.0);
+            }
+        }
+        let learned = f.clone();
+        assert_eq!(learned.model(), Some("a.gguf"));
+        assert!((learned.prefill_w() - 420.0).abs() < 3.0, "{}", learned.prefill_w());
+        assert!((learned.decode_w(1) - 150.0).abs() < 1.0, "{}", learned.decode_w(1));
+        assert!(learned.prefill_tokens_per_s > 1500.0 && learned.decode_tokens_per_s < 15.0, "{learned:?}");
+        let saved = serde_json::to_string(&learned).unwrap();
+        assert!(saved.contains(r#""model":"a.gguf""#), "{saved}");
+
+        // An unnamed signal (an engine whose /props does not say) changes nothing.
+        f.observe(&signal(vec![]), 25.0, 1.0);
+        assert_eq!((f.model(), f.prefill_w()), (Some("a.gguf"), learned.prefill_w()));
+
+        f.observe(&serving("b.gguf", vec![]), 25.0, 1.0);
+        let prior = PowerForecast::new();
+        assert_eq!(f.model(), Some("b.gguf"));
+        assert_eq!(
+            (f.prefill_w(), f.decode_w(1), f.decode_w(4)),
+            (prior.prefill_w(), prior.decode_w(1), prior.decode_w(4))
+        );
+        assert_eq!(
+            (f.prefill_tokens_per_s, f.fast_prefill_tokens_per_s, f.decode_tokens_per_s),
+            (prior.prefill_tokens_per_s, prior.fast_prefill_tokens_per_s, prior.decode_tokens_per_s)
+        );
+        assert!((f.idle_w() - 25.0).abs() < 0.01, "the card's idle power stays: {}", f.idle_w());
+        assert_eq!(
+            (f.typical_prompt_tokens, f.typical_output_tokens, f.large_prompt_tokens),
+            (learned.typical_prompt_tokens, learned.typical_output_tokens, learned.large_prompt_tokens)
+        );
+        assert_eq!(
+            (f.arrivals, f.busy_share, f.gaps, f.gap_floor_s),
+            (learned.arrivals, learned.busy_share, learned.gaps, learned.gap_floor_s)
+        );
+
+        let mut older: PowerForecast =
+            serde_json::from_str(&saved.replace(r#""model":"a.gguf","#, "")).unwrap();
+        assert_eq!((older.check(), older.model()), (Ok(()), None));
+        older.observe(&serving("c.gguf", vec![]), 25.0, 1.0);
+        assert_eq!(
+            (older.model(), older.prefill_w(), older.decode_w(1)),
+            (Some("c.gguf"), learned.prefill_w(), learned.decode_w(1))
+        );
     }
 
     /// One user who waits for each answer: the next prompt is the surprise reserve's, not a stream.

@@ -115,6 +115,7 @@ impl EngineSim {
                 })
                 .collect(),
             tokens_per_s: None,
+            model: None,
         }
     }
 }

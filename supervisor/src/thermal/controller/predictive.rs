@@ -137,6 +137,10 @@ impl Predictive {
         self
     }
 
+    pub fn forecast(&self) -> &PowerForecast {
+        &self.forecast
+    }
+
     /// Whether `model`'s junction plus the reserve stays under the budget at every step from `from`
     /// on with `command(k)` sent at step k and the fan following as [`FanResponse::follow`] counts
     /// it from the duty it reports now: the one check behind every plan of the controller.
