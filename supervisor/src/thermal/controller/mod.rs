@@ -87,11 +87,14 @@ pub struct DecisionDetail {
     pub at_floor: bool,
     /// The fan's lag as learned from the duty it reports: the plans follow a command through it.
     pub fan_lag_s: f64,
+    /// The junction's largest recent rise over the plans' power within the time the fan takes to
+    /// answer, which caps the room kept for a surprise; none until a minute of it was seen.
+    pub surprise_seen_c: Option<f64>,
 }
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -132,7 +135,7 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
@@ -144,7 +147,8 @@ impl DecisionDetail {
             self.reactive_floor_pct,
             u8::from(self.held),
             u8::from(self.at_floor),
-            self.fan_lag_s
+            self.fan_lag_s,
+            self.surprise_seen_c.map_or(String::new(), |c| format!("{c:.2}"))
         )
     }
 }

@@ -51,6 +51,15 @@ const SEARCH_RESOLUTION_PCT: f64 = 1.0;
 /// learned lag here instead cost more duty than it bought in safety (thermal/FINDINGS.md, "The
 /// fan's lag, learned").
 const SURPRISE_SPIN_UP_S: f64 = 2.0;
+/// The room kept for a surprise is capped by the junction's largest rise over what the plans'
+/// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
+/// fan's lag), as seen on this device: remembered with this half-life ...
+const SEEN_SURPRISE_HALF_LIFE_S: f64 = 690.0;
+/// ... once this much of it has been seen ...
+const SEEN_SURPRISE_TRUSTED_AFTER_S: f64 = 60.0;
+/// ... and never below this share of the room the prompt's size and rates call for (a prompt
+/// larger than any seen may still come).
+const SEEN_SURPRISE_FLOOR: f64 = 0.7;
 /// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
 /// at now, whatever is sent.
 const COMMITTED_S: f64 = 2.0;
@@ -95,6 +104,69 @@ pub struct Predictive {
     /// Periods before the rest of a split drop may follow.
     down_wait: usize,
     detail: Option<DecisionDetail>,
+    seen_surprise: SeenSurprise,
+}
+
+/// How much warmer the junction got than the plans' power said, within the time the fan takes
+/// to answer: each period, the plan of that many periods ago is replayed from the state it
+/// started from, once with the power it expected and once with the power seen, both with the fan
+/// duty seen, so the difference is the forecast's miss alone (the model's own error is the
+/// bias's). A stream that the plans count already, or a card that prefills a prompt within a
+/// second, shows a smaller rise than a large prompt landing on an idle GPU.
+#[derive(Debug, Default)]
+struct SeenSurprise {
+    /// The first steps of the power each recent plan expected, the newest last.
+    planned: VecDeque<Vec<f64>>,
+    /// Decaying maximum of the rise, °C.
+    rise_c: f64,
+    /// Seconds of rises seen.
+    seen_s: f64,
+}
+
+impl SeenSurprise {
+    /// Keeps the power the plan made now expects over its first `lead` steps.
+    fn record_plan(&mut self, power: &[f64], lead: usize) {
+        self.planned.push_back(power.iter().take(lead).copied().collect());
+        while self.planned.len() > lead {
+            self.planned.pop_front();
+        }
+    }
+
+    /// Learns from the plan made `lead` periods ago and the `replay` of what was seen since.
+    fn learn(&mut self, model: &ThermalModel, replay: &VecDeque<ReplayStep>, lead: usize, dt_s: f64) {
+        if lead == 0 || self.planned.len() < lead || replay.len() < lead {
+            return;
+        }
+        // A plan recorded while the fan's lag was learned shorter may cover fewer steps.
+        let planned = &self.planned[self.planned.len() - lead];
+        let planned = &planned[..lead.min(planned.len())];
+        let seen: Vec<ReplayStep> = replay.iter().skip(replay.len() - lead).copied().collect();
+        let start = seen[0];
+        let power_seen: Vec<f64> = seen.iter().map(|s| s.power_w).collect();
+        let mut junction_seen = vec![start.junction_c; lead];
+        model.predict_from(
+            start.junction_c,
+            start.power_j_w,
+            &power_seen,
+            |k| seen[k].duty_pct,
+            |k, tj| junction_seen[k] = tj,
+        );
+        let mut rise = 0.0f64;
+        model.predict_from(
+            start.junction_c,
+            start.power_j_w,
+            planned,
+            |k| seen[k].duty_pct,
+            |k, tj| rise = rise.max(junction_seen[k] - tj),
+        );
+        self.rise_c = (self.rise_c * 0.5f64.powf(dt_s / SEEN_SURPRISE_HALF_LIFE_S)).max(rise);
+        self.seen_s += dt_s;
+    }
+
+    /// The rise seen, once enough has been seen to trust it.
+    fn trusted_rise_c(&self) -> Option<f64> {
+        (self.seen_s >= SEEN_SURPRISE_TRUSTED_AFTER_S).then_some(self.rise_c)
+    }
 }
 
 /// One period as the model saw it: the state at its start and the inputs over it.
@@ -128,6 +200,7 @@ impl Predictive {
             model_bias_c: 0.0,
             down_wait: 0,
             detail: None,
+            seen_surprise: SeenSurprise::default(),
         }
     }
 
@@ -285,17 +358,19 @@ impl Predictive {
         let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
         let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
         let busy = self.forecast.arrives_while_busy();
+        let seen = self.seen_surprise.trusted_rise_c();
         power
             .iter()
             .enumerate()
             .map(|(k, &p)| {
                 power_j += (p - power_j) * alpha;
                 let open = !trust_pattern || if k < drained { busy } else { k >= after_idle };
-                if open {
-                    r_js * (prefill_w - power_j).max(0.0) * rise_share + sink_s * (prefill_w - p).max(0.0)
-                } else {
-                    0.0
+                if !open {
+                    return 0.0;
                 }
+                let sized =
+                    r_js * (prefill_w - power_j).max(0.0) * rise_share + sink_s * (prefill_w - p).max(0.0);
+                seen.map_or(sized, |seen| sized.min(seen.max(SEEN_SURPRISE_FLOOR * sized)))
             })
             .collect()
     }
@@ -330,6 +405,13 @@ impl Predictive {
         );
         let error = obs.junction_c - replayed;
         self.model_bias_c += (error - self.model_bias_c) * (self.dt_s / BIAS_TAU_S).min(1.0);
+    }
+
+    /// Periods until the fan has answered a surprise: the one in which it is seen, the spin-up
+    /// every surprise is given, and the fan's lag.
+    fn surprise_lead(&self) -> usize {
+        let lead = ((self.dt_s + SURPRISE_SPIN_UP_S + self.fan.lag_s()) / self.dt_s).round() as usize;
+        lead.clamp(1, ((BIAS_WINDOW_S / self.dt_s).round() as usize).max(1))
     }
 
     /// Rate limits and hysteresis: up at once (with headroom), down only after a dwell.
@@ -379,6 +461,7 @@ impl Controller for Predictive {
         }
         self.fan_now_pct = obs.fan_duty_pct;
         self.learn_bias(obs);
+        self.seen_surprise.learn(&self.model, &self.replay, self.surprise_lead(), self.dt_s);
         // One-step prediction from the last estimate, corrected by the reading.
         let junction_c = match self.junction_est_c {
             Some(est) => {
@@ -407,6 +490,7 @@ impl Controller for Predictive {
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
         let budget_c = limit - margin;
         let outlook = Outlook { power: &power, reserve: &reserve, budget_c };
+        self.seen_surprise.record_plan(&power, self.surprise_lead());
         let (stop_safe, stays_stopped) =
             self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c);
         if self.recent_stop_safe.len() == DOWN_DWELL {
@@ -441,6 +525,7 @@ impl Controller for Predictive {
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
             at_floor: self.limits.min_duty_pct > 0.0 && (duty - self.limits.min_duty_pct).abs() < 0.5,
             fan_lag_s: self.fan.lag_s(),
+            surprise_seen_c: self.seen_surprise.trusted_rise_c(),
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
@@ -506,6 +591,75 @@ mod tests {
         assert!(reserve.iter().all(|r| *r > 0.0), "no idle gap learned: room everywhere");
         assert!(reserve[0] < 0.7 * reserve[89], "{} vs {}", reserve[0], reserve[89]);
         assert!(reserve.windows(2).all(|w| w[0] <= w[1] + 1e-9), "grows as the junction cools");
+    }
+
+    /// Power that came as the plans expected shows no rise; a prompt they did not expect shows
+    /// the junction's rise over their power within the time the fan takes to answer, the largest
+    /// kept and slowly forgotten. None of it is trusted before a minute was seen.
+    #[test]
+    fn the_rise_over_the_plans_power_is_seen_then_trusted_and_slowly_forgotten() {
+        let c = controller();
+        let lead = c.surprise_lead();
+        assert_eq!(lead, 5, "a period, the spin-up and the prior's 2 s lag");
+        let mut seen = SeenSurprise::default();
+        let mut replay = VecDeque::new();
+        let mut period = |seen: &mut SeenSurprise, power_w: f64| {
+            replay.push_back(ReplayStep { junction_c: 50.0, power_j_w: 30.0, power_w, duty_pct: 40.0 });
+            if replay.len() > 20 {
+                replay.pop_front();
+            }
+            seen.learn(&c.model, &replay, lead, 1.0);
+            seen.record_plan(&[30.0; 90], lead);
+        };
+        for _ in 0..30 {
+            period(&mut seen, 30.0);
+        }
+        assert_eq!(seen.trusted_rise_c(), None, "half a minute seen");
+        for _ in 30..70 {
+            period(&mut seen, 30.0);
+        }
+        assert_eq!(seen.trusted_rise_c(), Some(0.0), "power as planned");
+
+        // 400 W for one period where the plans expected idle: the rise is the model's answer to it.
+        period(&mut seen, 400.0);
+        let (mut planned, mut got) = (0.0, 0.0);
+        let mut power = vec![30.0; lead];
+        c.model.predict_from(50.0, 30.0, &power, |_| 40.0, |_, tj| planned = tj);
+        power[lead - 1] = 400.0;
+        c.model.predict_from(50.0, 30.0, &power, |_| 40.0, |_, tj| got = tj);
+        let first = seen.trusted_rise_c().unwrap();
+        assert!((first - (got - planned)).abs() < 1e-9 && first > 0.5, "{first} vs {}", got - planned);
+        // Later plans see the junction cool from it again: the largest rise is kept, and forgotten
+        // by half over `SEEN_SURPRISE_HALF_LIFE_S`.
+        for _ in 0..690 {
+            period(&mut seen, 30.0);
+        }
+        let later = seen.trusted_rise_c().unwrap() / first;
+        assert!((0.49..0.51).contains(&later), "half forgotten after 690 s: {later}");
+    }
+
+    /// The room kept for a surprise is what its size calls for, capped by the rise this device
+    /// showed once that is trusted, and never less than `SEEN_SURPRISE_FLOOR` of it.
+    #[test]
+    fn the_room_for_a_surprise_is_capped_by_the_rise_seen_down_to_its_floor() {
+        let mut c = controller();
+        for _ in 0..60 {
+            c.model.observe(70.0, 200.0, 40.0);
+        }
+        let idle = vec![c.forecast.idle_w(); 90];
+        let sized = c.surprise_reserve(&idle, true);
+        let cap = 0.8 * sized[89];
+        c.seen_surprise = SeenSurprise { rise_c: cap, seen_s: 30.0, ..SeenSurprise::default() };
+        assert_eq!(c.surprise_reserve(&idle, true), sized, "not trusted yet");
+        c.seen_surprise.seen_s = 60.0;
+        let capped = c.surprise_reserve(&idle, true);
+        for (r, s) in capped.iter().zip(&sized) {
+            assert!((r - s.min(cap.max(SEEN_SURPRISE_FLOOR * s))).abs() < 1e-12, "{r} vs {s}");
+        }
+        assert!(capped[89] < sized[89] && capped[0] == sized[0], "{capped:?}");
+        c.seen_surprise.rise_c = 0.0;
+        let floor: Vec<f64> = sized.iter().map(|s| SEEN_SURPRISE_FLOOR * s).collect();
+        assert_eq!(c.surprise_reserve(&idle, true), floor);
     }
 
     fn zero_rpm() -> Predictive {
