@@ -159,7 +159,7 @@ fn every_shipped_plant_and_trace_loads() {
         found
     };
     let (plants, traces) = (files("thermal/plants", "toml"), files("thermal/traces", "csv"));
-    assert!(plants.len() >= 12 && traces.len() >= 10, "{plants:?} {traces:?}");
+    assert!(plants.len() >= 13 && traces.len() >= 11, "{plants:?} {traces:?}");
     let one_second = ["--controller", "stock", "--duration", "1", "--json"];
     for plant in &plants {
         ok(bench(plant, &traces[0], &one_second));

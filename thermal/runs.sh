@@ -4,19 +4,19 @@
 #             RUNS=first (default) is the tuning plants and traces with the first held-out plant
 #             and trace; RUNS=second, third or fourth, the runs a later held-out set added (its
 #             plants on every trace so far, the earlier plants on its trace); RUNS=all, every
-#             plant on every trace of the first SEEN_SETS sets. RUNS=fifth and RUNS=sixth are
-#             the fifth and sixth held-out sets, which each judged one change (thermal/FINDINGS.md)
-#             and are no longer held out; RUNS=all leaves them out so that its figures stay
-#             comparable with earlier ones. RUNS=seventh is the set kept back to judge the next
-#             change to the controller: run it once, for that.
+#             plant on every trace of the first SEEN_SETS sets. RUNS=fifth, sixth and seventh
+#             are the fifth, sixth and seventh held-out sets, which each judged one change
+#             (thermal/FINDINGS.md) and are no longer held out; RUNS=all leaves them out so that
+#             its figures stay comparable with earlier ones. RUNS=eighth is the set kept back to
+#             judge the next change to the controller: run it once, for that.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual"
-  "rtx3060-dual")
+  "rtx3060-dual" "rtxpro4000-blower")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
-  "pipelines-holdout")
+  "pipelines-holdout" "ingest-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
@@ -31,8 +31,9 @@ each_run() {
       fifth) set_runs 5 "$ceiling" ;;
       sixth) set_runs 6 "$ceiling" ;;
       seventh) set_runs 7 "$ceiling" ;;
+      eighth) set_runs 8 "$ceiling" ;;
       all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh or all, not $RUNS" >&2; return 2 ;;
+      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
 }
