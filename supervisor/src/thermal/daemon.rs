@@ -302,8 +302,8 @@ impl DeviceLoop {
     /// Says so when the engine serves another model than the forecast learned with: the next
     /// decision relearns its phase power and rates from the prior (`PowerForecast::observe`).
     fn report_model_change(&self, load: Option<&LoadSignal>, status: &StatusModel) {
-        let Some(served) = load.and_then(|load| load.model.as_deref()) else { return };
-        if let Some(was) = self.controller.forecast().model().filter(|&was| was != served) {
+        let served = load.and_then(|load| load.model.as_deref());
+        if let (Some(served), Some(was)) = (served, self.controller.forecast().learned_with_another(served)) {
             status.event(
                 "thermal",
                 Level::Info,

@@ -200,6 +200,13 @@ impl PowerForecast {
         self.model.as_deref()
     }
 
+    /// The model this was learned with, where the engine now serves another: what
+    /// [`Self::observe`] relearns the phase power and rates for.
+    pub fn learned_with_another(&self, served: Option<&str>) -> Option<&str> {
+        let served = served?;
+        self.model.as_deref().filter(|&learned| learned != served)
+    }
+
     /// Learns from one sample: `power_w` was drawn over the period that ended with `load`.
     pub fn observe(&mut self, load: &LoadSignal, power_w: f64, dt_s: f64) {
         self.follow_model(load.model.as_deref());
@@ -234,7 +241,7 @@ impl PowerForecast {
         let Some(served) = served.filter(|&served| self.model.as_deref() != Some(served)) else {
             return;
         };
-        if self.model.is_some() {
+        if self.learned_with_another(Some(served)).is_some() {
             let prior = Self::new();
             self.prefill_w = prior.prefill_w;
             self.decode_w = prior.decode_w;

@@ -574,6 +574,15 @@ mod tests {
         Predictive::new(limits, ModelParams::prior(), 1.0)
     }
 
+    /// A controller whose junction still feels the 200 W of work that just drained.
+    fn warm_controller() -> Predictive {
+        let mut c = controller();
+        for _ in 0..60 {
+            c.model.observe(70.0, 200.0, 40.0);
+        }
+        c
+    }
+
     fn obs(t_s: f64, junction_c: f64, power_w: f64, fan_duty_pct: f64) -> Observation {
         Observation { t_s, junction_c, power_w, fan_duty_pct, load: None }
     }
@@ -582,10 +591,7 @@ mod tests {
     /// then would add less than one arriving once the junction has settled at idle.
     #[test]
     fn surprise_reserve_starts_from_the_power_the_junction_feels() {
-        let mut c = controller();
-        for _ in 0..60 {
-            c.model.observe(70.0, 200.0, 40.0);
-        }
+        let c = warm_controller();
         let idle = vec![c.forecast.idle_w(); 90];
         let reserve = c.surprise_reserve(&idle, true);
         assert!(reserve.iter().all(|r| *r > 0.0), "no idle gap learned: room everywhere");
@@ -642,10 +648,7 @@ mod tests {
     /// showed once that is trusted, and never less than `SEEN_SURPRISE_FLOOR` of it.
     #[test]
     fn the_room_for_a_surprise_is_capped_by_the_rise_seen_down_to_its_floor() {
-        let mut c = controller();
-        for _ in 0..60 {
-            c.model.observe(70.0, 200.0, 40.0);
-        }
+        let mut c = warm_controller();
         let idle = vec![c.forecast.idle_w(); 90];
         let sized = c.surprise_reserve(&idle, true);
         let cap = 0.8 * sized[89];
