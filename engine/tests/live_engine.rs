@@ -201,12 +201,15 @@ async fn a_prompt_being_prefilled_shows_as_waiting_tokens() {
         let port = engine.port;
         let request = tokio::spawn(async move { chat_completion_with(port, &content, 4, false).await });
         let mut prefilling = None;
+        let mut props_while_prefilling = None;
         let mut decoding_prompt = None;
         while !request.is_finished() {
             let load = engine.client.load().await.unwrap();
             if let Some(slot) = load.slots.iter().find(|s| s.is_processing) {
                 if slot.decoded_tokens == 0 && load.waiting_prompt_tokens() > 0 && prefilling.is_none() {
                     prefilling = Some((slot.clone(), load.waiting_prompt_tokens(), load.active_streams()));
+                    // `load()` reads `/props` for the model's name: it must answer mid-prefill.
+                    props_while_prefilling = Some(engine.client.props().await.map(|p| p.model_path));
                 }
                 if slot.decoded_tokens > 0 {
                     decoding_prompt = Some(slot.prompt_tokens);
@@ -222,6 +225,8 @@ async fn a_prompt_being_prefilled_shows_as_waiting_tokens() {
         assert!((prompt_size..prompt_size + 32).contains(&slot.prompt_tokens), "{slot:?} vs {prompt_size}");
         assert_eq!(waiting, slot.prompt_tokens - slot.prompt_processed);
         assert_eq!(streams, 0, "a prefilling slot is not a decoding stream");
+        let model = engine.model.to_str().map(str::to_owned);
+        assert_eq!(props_while_prefilling.map(|p| p.ok().flatten()), Some(model), "/props mid-prefill");
         if let Some(decoding) = decoding_prompt {
             // Re-tokenizing the detokenized prompt may differ by a few tokens from the original.
             let tolerance = (decoding / 100).max(4);
