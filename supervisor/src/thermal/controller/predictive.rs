@@ -461,7 +461,9 @@ impl Controller for Predictive {
         }
         self.fan_now_pct = obs.fan_duty_pct;
         self.learn_bias(obs);
-        self.seen_surprise.learn(&self.model, &self.replay, self.surprise_lead(), self.dt_s);
+        // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
+        let lead = self.surprise_lead();
+        self.seen_surprise.learn(&self.model, &self.replay, lead, self.dt_s);
         // One-step prediction from the last estimate, corrected by the reading.
         let junction_c = match self.junction_est_c {
             Some(est) => {
@@ -490,7 +492,7 @@ impl Controller for Predictive {
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
         let budget_c = limit - margin;
         let outlook = Outlook { power: &power, reserve: &reserve, budget_c };
-        self.seen_surprise.record_plan(&power, self.surprise_lead());
+        self.seen_surprise.record_plan(&power, lead);
         let (stop_safe, stays_stopped) =
             self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c);
         if self.recent_stop_safe.len() == DOWN_DWELL {
