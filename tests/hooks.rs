@@ -264,6 +264,22 @@ async fn a_hung_hook_is_killed_with_its_children_at_the_timeout() {
     assert!(matches!(state.as_deref(), None | Some("Z")), "sleep {pid} still running: {state:?}");
 }
 
+/// An operator copying a new hook over the old one holds it open for writing for a moment; the
+/// kernel refuses to run it then (ETXTBSY). The call waits that moment out instead of failing.
+#[tokio::test]
+async fn a_hook_held_open_for_writing_for_a_moment_still_runs() {
+    let (dir, runner) = custom_hook("#!/bin/sh\necho '{\"ok\": true, \"detail\": \"ran\"}'\n");
+    let writer =
+        fs::OpenOptions::new().append(true).open(dir.path().join("framework-desktop/set-fan")).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60));
+        drop(writer);
+    });
+    let outcome = runner.call(&HookEvent::set_fan(50, None).unwrap()).await;
+    release.join().unwrap();
+    assert_eq!(applied(outcome), "ran");
+}
+
 #[tokio::test]
 async fn exit_codes_and_bad_replies_are_typed_errors() {
     let (_d1, runner) = custom_hook("#!/bin/sh\necho 'cannot reach EC' >&2\nexit 3\n");

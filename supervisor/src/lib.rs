@@ -8,6 +8,7 @@
 pub mod appliance;
 pub mod config;
 pub mod control;
+pub mod exec;
 pub mod fsutil;
 pub mod hardware;
 pub mod hooks;

@@ -119,8 +119,9 @@ impl HookRunner {
             // Its own process group, so a timeout kills the tools the hook started too.
             .process_group(0)
             .kill_on_drop(true);
-        let mut child =
-            command.spawn().map_err(|source| HookError::Spawn { path: path.to_path_buf(), source })?;
+        let mut child = crate::exec::spawn(&mut command)
+            .await
+            .map_err(|source| HookError::Spawn { path: path.to_path_buf(), source })?;
         let pid = child.id();
         let io_error = |source| HookError::Io { path: path.to_path_buf(), source };
 

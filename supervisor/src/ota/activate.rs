@@ -45,13 +45,15 @@ impl Activator for CommandActivator {
     fn activate<'a>(&'a self, set_dir: &'a Path) -> ActivationFuture<'a> {
         Box::pin(async move {
             let engine = self.program.display().to_string();
-            let child = tokio::process::Command::new(&self.program)
+            let mut command = tokio::process::Command::new(&self.program);
+            command
                 .arg(set_dir)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
+                .kill_on_drop(true);
+            let child = crate::exec::spawn(&mut command)
+                .await
                 .map_err(|e| ActivationError::Start { engine: engine.clone(), detail: e.to_string() })?;
             let output = tokio::time::timeout(self.allowance, child.wait_with_output()).await;
             let unhealthy = |detail: String| ActivationError::Unhealthy {

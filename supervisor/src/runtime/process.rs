@@ -72,7 +72,7 @@ impl EngineRuntime for ProcessRuntime {
             program: launch.program.clone(),
             source,
         };
-        let mut child = command.spawn().map_err(spawn_error)?;
+        let mut child = crate::exec::spawn(&mut command).await.map_err(spawn_error)?;
         let pid =
             child.id().ok_or_else(|| spawn_error(std::io::Error::other("exited before its pid was read")))?;
         let (progress_tx, progress) = tokio::sync::watch::channel(None);
