@@ -44,6 +44,10 @@ const STREAM_FADE_S: f64 = 30.0;
 const MAX_ARRIVALS_KEPT: usize = 256;
 /// Format of the saved forecast (see [`PowerForecast::check`]).
 const FORMAT_VERSION: u32 = 1;
+/// The rise the forecast missed is remembered with this half-life (of seconds observed) ...
+const MISSED_RISE_HALF_LIFE_S: f64 = 690.0;
+/// ... and trusted once this much of it has been seen.
+const MISSED_RISE_TRUSTED_AFTER_S: f64 = 60.0;
 
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +121,35 @@ pub struct PowerForecast {
     /// When requests arrived within the last `STREAM_WINDOW_S` (not kept across a restart).
     #[serde(skip)]
     recent_arrivals: VecDeque<f64>,
+    /// How much warmer than forecast the junction got (absent from forecasts saved before it was
+    /// kept: learned again then).
+    #[serde(default)]
+    missed_rise: MissedRise,
+}
+
+/// How much warmer the junction got than the power a plan expected made it, within the time the
+/// fan takes to answer: the largest such rise, slowly forgotten. The predictive controller
+/// measures it (it holds the thermal model); it is kept with the forecast whose miss it is, so a
+/// restart resumes it and another served model starts it again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct MissedRise {
+    /// Decaying maximum, °C.
+    rise_c: f64,
+    /// Seconds of rises seen.
+    seen_s: f64,
+}
+
+impl MissedRise {
+    /// Folds in the rise measured over the last period of `dt_s`.
+    pub fn fold(&mut self, rise_c: f64, dt_s: f64) {
+        self.rise_c = (self.rise_c * 0.5f64.powf(dt_s / MISSED_RISE_HALF_LIFE_S)).max(rise_c);
+        self.seen_s += dt_s;
+    }
+
+    /// The rise, once enough has been seen to trust it.
+    pub fn trusted_c(&self) -> Option<f64> {
+        (self.seen_s >= MISSED_RISE_TRUSTED_AFTER_S).then_some(self.rise_c)
+    }
 }
 
 impl Default for PowerForecast {
@@ -149,7 +182,16 @@ impl PowerForecast {
             gaps: 0,
             clock_s: 0.0,
             recent_arrivals: VecDeque::new(),
+            missed_rise: MissedRise::default(),
         }
+    }
+
+    pub fn missed_rise(&self) -> MissedRise {
+        self.missed_rise
+    }
+
+    pub fn missed_rise_mut(&mut self) -> &mut MissedRise {
+        &mut self.missed_rise
     }
 
     pub fn prefill_w(&self) -> f64 {
@@ -248,6 +290,7 @@ impl PowerForecast {
             self.prefill_tokens_per_s = prior.prefill_tokens_per_s;
             self.fast_prefill_tokens_per_s = prior.fast_prefill_tokens_per_s;
             self.decode_tokens_per_s = prior.decode_tokens_per_s;
+            self.missed_rise = prior.missed_rise;
         }
         self.model = Some(served.to_owned());
     }
@@ -410,7 +453,11 @@ impl PowerForecast {
             ("typical_output_tokens", self.typical_output_tokens),
         ];
         let gap = self.gap_floor_s.map(|g| ("gap_floor_s", g));
-        for (field, v) in watts.chain(tokens).chain(gap).chain([fast]) {
+        let missed = [
+            ("missed_rise.rise_c", self.missed_rise.rise_c),
+            ("missed_rise.seen_s", self.missed_rise.seen_s),
+        ];
+        for (field, v) in watts.chain(tokens).chain(gap).chain([fast]).chain(missed) {
             if !(v.is_finite() && v >= 0.0) {
                 return Err((field, format!("{v} is not a finite, non-negative number")));
             }
@@ -715,6 +762,7 @@ mod tests {
                 f.observe(&serving("a.gguf", vec![]), 25.0, 1.0);
             }
         }
+        f.missed_rise_mut().fold(6.0, 120.0);
         let learned = f.clone();
         assert_eq!(learned.model(), Some("a.gguf"));
         assert!((learned.prefill_w() - 420.0).abs() < 3.0, "{}", learned.prefill_w());
@@ -738,6 +786,7 @@ mod tests {
             (f.prefill_tokens_per_s, f.fast_prefill_tokens_per_s, f.decode_tokens_per_s),
             (prior.prefill_tokens_per_s, prior.fast_prefill_tokens_per_s, prior.decode_tokens_per_s)
         );
+        assert_eq!(f.missed_rise(), prior.missed_rise(), "the rise missed with a.gguf is not b's");
         assert!((f.idle_w() - 25.0).abs() < 0.01, "the card's idle power stays: {}", f.idle_w());
         assert_eq!(
             (f.typical_prompt_tokens, f.typical_output_tokens, f.large_prompt_tokens),
@@ -801,6 +850,31 @@ mod tests {
         resumed.observe(&signal(vec![slot(7, 500, 500, 50)]), 150.0, 1.0);
         assert_eq!((resumed.gaps, resumed.gap_floor_s), (gaps, floor), "an unknown wait was learned");
         assert_eq!(resumed.idle_s(), 0.0);
+    }
+
+    /// The rise the forecast missed is resumed with it, trusted at once; a file saved before it was
+    /// kept learns it again, and an implausible one is refused by its field's name.
+    #[test]
+    fn the_missed_rise_is_resumed_and_checked() {
+        let mut f = PowerForecast::new();
+        f.missed_rise_mut().fold(4.5, 30.0);
+        assert_eq!(f.missed_rise().trusted_c(), None, "half a minute seen");
+        f.missed_rise_mut().fold(2.0, 30.0);
+        let trusted = f.missed_rise().trusted_c().expect("a minute seen");
+        assert!((trusted - 4.5 * 0.5f64.powf(30.0 / MISSED_RISE_HALF_LIFE_S)).abs() < 1e-12, "{trusted}");
+
+        let saved = serde_json::to_string(&f).unwrap();
+        let resumed: PowerForecast = serde_json::from_str(&saved).unwrap();
+        assert_eq!((resumed.check(), resumed.missed_rise().trusted_c()), (Ok(()), Some(trusted)));
+
+        let mut json: serde_json::Value = serde_json::from_str(&saved).unwrap();
+        json.as_object_mut().unwrap().remove("missed_rise");
+        let older: PowerForecast = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!((older.check(), older.missed_rise().trusted_c()), (Ok(()), None));
+
+        json["missed_rise"] = serde_json::json!({ "rise_c": -1.0, "seen_s": 60.0 });
+        let bad: PowerForecast = serde_json::from_value(json).unwrap();
+        assert_eq!(bad.check().map_err(|(field, _)| field), Err("missed_rise.rise_c"));
     }
 
     /// A pause between sessions barely moves the shortest idle gap: the next answer in a session

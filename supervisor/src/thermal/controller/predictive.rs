@@ -53,11 +53,8 @@ const SEARCH_RESOLUTION_PCT: f64 = 1.0;
 const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// The room kept for a surprise is capped by the junction's largest rise over what the plans'
 /// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
-/// fan's lag), as seen on this device: remembered with this half-life ...
-const SEEN_SURPRISE_HALF_LIFE_S: f64 = 690.0;
-/// ... once this much of it has been seen ...
-const SEEN_SURPRISE_TRUSTED_AFTER_S: f64 = 60.0;
-/// ... and never below this share of the room the prompt's size and rates call for (a prompt
+/// fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
+/// below this share of the room the prompt's size and rates call for (a prompt
 /// larger than any seen may still come).
 const SEEN_SURPRISE_FLOOR: f64 = 0.7;
 /// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
@@ -107,20 +104,17 @@ pub struct Predictive {
     seen_surprise: SeenSurprise,
 }
 
-/// How much warmer the junction got than the plans' power said, within the time the fan takes
-/// to answer: each period, the plan of that many periods ago is replayed from the state it
-/// started from, once with the power it expected and once with the power seen, both with the fan
-/// duty seen, so the difference is the forecast's miss alone (the model's own error is the
-/// bias's). A stream that the plans count already, or a card that prefills a prompt within a
-/// second, shows a smaller rise than a large prompt landing on an idle GPU.
+/// Measures how much warmer the junction got than the plans' power said, within the time the fan
+/// takes to answer (folded into the forecast's `MissedRise`): each period, the plan of that many
+/// periods ago is replayed from the state it started from, once with the power it expected and
+/// once with the power seen, both with the fan duty seen, so the difference is the forecast's
+/// miss alone (the model's own error is the bias's). A stream that the plans count already, or a
+/// card that prefills a prompt within a second, shows a smaller rise than a large prompt landing
+/// on an idle GPU.
 #[derive(Debug, Default)]
 struct SeenSurprise {
     /// The first steps of the power each recent plan expected, the newest last.
     planned: VecDeque<Vec<f64>>,
-    /// Decaying maximum of the rise, °C.
-    rise_c: f64,
-    /// Seconds of rises seen.
-    seen_s: f64,
 }
 
 impl SeenSurprise {
@@ -132,10 +126,11 @@ impl SeenSurprise {
         }
     }
 
-    /// Learns from the plan made `lead` periods ago and the `replay` of what was seen since.
-    fn learn(&mut self, model: &ThermalModel, replay: &VecDeque<ReplayStep>, lead: usize, dt_s: f64) {
+    /// The rise over the plan made `lead` periods ago, from the `replay` of what was seen since;
+    /// none until there is such a plan.
+    fn rise_c(&self, model: &ThermalModel, replay: &VecDeque<ReplayStep>, lead: usize) -> Option<f64> {
         if lead == 0 || self.planned.len() < lead || replay.len() < lead {
-            return;
+            return None;
         }
         // A plan recorded while the fan's lag was learned shorter may cover fewer steps.
         let planned = &self.planned[self.planned.len() - lead];
@@ -159,13 +154,7 @@ impl SeenSurprise {
             |k| seen[k].duty_pct,
             |k, tj| rise = rise.max(junction_seen[k] - tj),
         );
-        self.rise_c = (self.rise_c * 0.5f64.powf(dt_s / SEEN_SURPRISE_HALF_LIFE_S)).max(rise);
-        self.seen_s += dt_s;
-    }
-
-    /// The rise seen, once enough has been seen to trust it.
-    fn trusted_rise_c(&self) -> Option<f64> {
-        (self.seen_s >= SEEN_SURPRISE_TRUSTED_AFTER_S).then_some(self.rise_c)
+        Some(rise)
     }
 }
 
@@ -358,7 +347,7 @@ impl Predictive {
         let wait_s = if drained == 0 { (quiet_s - self.forecast.idle_s()).max(0.0) } else { quiet_s };
         let after_idle = drained + (wait_s / self.dt_s).floor() as usize;
         let busy = self.forecast.arrives_while_busy();
-        let seen = self.seen_surprise.trusted_rise_c();
+        let seen = self.forecast.missed_rise().trusted_c();
         power
             .iter()
             .enumerate()
@@ -463,7 +452,9 @@ impl Controller for Predictive {
         self.learn_bias(obs);
         // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
         let lead = self.surprise_lead();
-        self.seen_surprise.learn(&self.model, &self.replay, lead, self.dt_s);
+        if let Some(rise_c) = self.seen_surprise.rise_c(&self.model, &self.replay, lead) {
+            self.forecast.missed_rise_mut().fold(rise_c, self.dt_s);
+        }
         // One-step prediction from the last estimate, corrected by the reading.
         let junction_c = match self.junction_est_c {
             Some(est) => {
@@ -527,7 +518,7 @@ impl Controller for Predictive {
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
             at_floor: self.limits.min_duty_pct > 0.0 && (duty - self.limits.min_duty_pct).abs() < 0.5,
             fan_lag_s: self.fan.lag_s(),
-            surprise_seen_c: self.seen_surprise.trusted_rise_c(),
+            surprise_seen_c: self.forecast.missed_rise().trusted_c(),
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
@@ -570,6 +561,7 @@ impl Controller for Predictive {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::thermal::forecast::MissedRise;
 
     fn controller() -> Predictive {
         let limits = DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false };
@@ -609,40 +601,42 @@ mod tests {
         let c = controller();
         let lead = c.surprise_lead();
         assert_eq!(lead, 5, "a period, the spin-up and the prior's 2 s lag");
-        let mut seen = SeenSurprise::default();
+        let (mut seen, mut missed) = (SeenSurprise::default(), MissedRise::default());
         let mut replay = VecDeque::new();
-        let mut period = |seen: &mut SeenSurprise, power_w: f64| {
+        let mut period = |missed: &mut MissedRise, power_w: f64| {
             replay.push_back(ReplayStep { junction_c: 50.0, power_j_w: 30.0, power_w, duty_pct: 40.0 });
             if replay.len() > 20 {
                 replay.pop_front();
             }
-            seen.learn(&c.model, &replay, lead, 1.0);
+            if let Some(rise_c) = seen.rise_c(&c.model, &replay, lead) {
+                missed.fold(rise_c, 1.0);
+            }
             seen.record_plan(&[30.0; 90], lead);
         };
         for _ in 0..30 {
-            period(&mut seen, 30.0);
+            period(&mut missed, 30.0);
         }
-        assert_eq!(seen.trusted_rise_c(), None, "half a minute seen");
+        assert_eq!(missed.trusted_c(), None, "half a minute seen");
         for _ in 30..70 {
-            period(&mut seen, 30.0);
+            period(&mut missed, 30.0);
         }
-        assert_eq!(seen.trusted_rise_c(), Some(0.0), "power as planned");
+        assert_eq!(missed.trusted_c(), Some(0.0), "power as planned");
 
         // 400 W for one period where the plans expected idle: the rise is the model's answer to it.
-        period(&mut seen, 400.0);
+        period(&mut missed, 400.0);
         let (mut planned, mut got) = (0.0, 0.0);
         let mut power = vec![30.0; lead];
         c.model.predict_from(50.0, 30.0, &power, |_| 40.0, |_, tj| planned = tj);
         power[lead - 1] = 400.0;
         c.model.predict_from(50.0, 30.0, &power, |_| 40.0, |_, tj| got = tj);
-        let first = seen.trusted_rise_c().unwrap();
+        let first = missed.trusted_c().unwrap();
         assert!((first - (got - planned)).abs() < 1e-9 && first > 0.5, "{first} vs {}", got - planned);
         // Later plans see the junction cool from it again: the largest rise is kept, and forgotten
-        // by half over `SEEN_SURPRISE_HALF_LIFE_S`.
+        // by half over its half-life, 690 s.
         for _ in 0..690 {
-            period(&mut seen, 30.0);
+            period(&mut missed, 30.0);
         }
-        let later = seen.trusted_rise_c().unwrap() / first;
+        let later = missed.trusted_c().unwrap() / first;
         assert!((0.49..0.51).contains(&later), "half forgotten after 690 s: {later}");
     }
 
@@ -654,17 +648,35 @@ mod tests {
         let idle = vec![c.forecast.idle_w(); 90];
         let sized = c.surprise_reserve(&idle, true);
         let cap = 0.8 * sized[89];
-        c.seen_surprise = SeenSurprise { rise_c: cap, seen_s: 30.0, ..SeenSurprise::default() };
+        c.forecast.missed_rise_mut().fold(cap, 30.0);
         assert_eq!(c.surprise_reserve(&idle, true), sized, "not trusted yet");
-        c.seen_surprise.seen_s = 60.0;
+        c.forecast.missed_rise_mut().fold(cap, 30.0);
         let capped = c.surprise_reserve(&idle, true);
         for (r, s) in capped.iter().zip(&sized) {
             assert!((r - s.min(cap.max(SEEN_SURPRISE_FLOOR * s))).abs() < 1e-12, "{r} vs {s}");
         }
         assert!(capped[89] < sized[89] && capped[0] == sized[0], "{capped:?}");
-        c.seen_surprise.rise_c = 0.0;
+        *c.forecast.missed_rise_mut() = MissedRise::default();
+        c.forecast.missed_rise_mut().fold(0.0, 60.0);
         let floor: Vec<f64> = sized.iter().map(|s| SEEN_SURPRISE_FLOOR * s).collect();
         assert_eq!(c.surprise_reserve(&idle, true), floor);
+    }
+
+    /// The rise seen goes with the learned forecast: a restarted controller that resumes it caps
+    /// the room for a surprise from its first decision, without a minute of learning again.
+    #[test]
+    fn a_restart_resumes_the_rise_seen_with_the_forecast() {
+        let mut c = warm_controller();
+        c.forecast.missed_rise_mut().fold(3.5, 60.0);
+        let (params, forecast) = c.learned().unwrap();
+        let saved = serde_json::to_string(forecast).unwrap();
+        let mut resumed =
+            Predictive::new(c.limits, params, 1.0).with_forecast(serde_json::from_str(&saved).unwrap());
+        resumed.decide(&obs(0.0, 50.0, 30.0, 40.0));
+        assert_eq!(resumed.detail().and_then(|d| d.surprise_seen_c), Some(3.5));
+        let mut fresh = Predictive::new(c.limits, ModelParams::prior(), 1.0);
+        fresh.decide(&obs(0.0, 50.0, 30.0, 40.0));
+        assert_eq!(fresh.detail().and_then(|d| d.surprise_seen_c), None);
     }
 
     fn zero_rpm() -> Predictive {
