@@ -18,7 +18,9 @@ bash ci/make-tiny-model.sh "$models/tiny-llama.gguf" >/dev/null
 
 echo "serve: building the supervisor (release)" >&2
 cargo build --release -p lucebox >&2
+# Where cargo put it: CARGO_TARGET_DIR moves the build out of ./target.
+lucebox=${CARGO_TARGET_DIR:-$PWD/target}/release/lucebox
 export LUCEBOX_STATE_DIR=$state LUCEBOX_ENGINES_DIR=$engines LUCEBOX_MODELS_DIR=$models
 echo "serve: lucebox detect" >&2
-target/release/lucebox detect >&2
-exec target/release/lucebox run "$@"
+"$lucebox" detect >&2
+exec "$lucebox" run "$@"
