@@ -28,7 +28,7 @@ const CHANGE_EPSILON_PCT: f64 = 0.5;
 /// Horizon of the prediction error figure.
 const PREDICTION_AHEAD_S: f64 = 30.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ControllerKind {
     Stock,

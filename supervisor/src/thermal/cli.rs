@@ -162,7 +162,7 @@ pub struct BenchArgs {
     telemetry: Option<PathBuf>,
     /// Which controller's run `--telemetry` records.
     #[arg(long, value_enum, value_name = "CONTROLLER")]
-    telemetry_of: Option<ControllerArg>,
+    telemetry_of: Option<ControllerKind>,
     /// The predictive controller resumes what it learned from DIR and saves it there after the
     /// run, as a device does across restarts (default: it starts from the priors).
     #[arg(long, value_name = "DIR")]
@@ -208,17 +208,12 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<ExitCode> {
         ControllerArg::All => ControllerKind::ALL.to_vec(),
         one => vec![kind_of(one)],
     };
-    let telemetry_of = match args.telemetry_of {
-        None => None,
-        Some(ControllerArg::All) => anyhow::bail!("--telemetry-of takes one controller"),
-        Some(one) => Some(kind_of(one)),
-    };
     let options = BenchOptions {
         controllers,
         ceiling: parse_ceiling(args.ceiling.as_deref())?,
         duration_s: args.duration,
         seed: args.seed,
-        telemetry_of,
+        telemetry_of: args.telemetry_of,
         state_dir: args.state_dir,
     };
     let report = bench::run(&spec, &requests, &options)?;
