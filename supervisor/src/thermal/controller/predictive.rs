@@ -54,8 +54,8 @@ const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// The room kept for a surprise is capped by the junction's largest rise over what the plans'
 /// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
 /// fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
-/// below this share of the room the prompt's size and rates call for (a prompt
-/// larger than any seen may still come).
+/// below this share of the room the prompt's size and rates call for (a prompt larger than any
+/// seen may still come).
 const SEEN_SURPRISE_FLOOR: f64 = 0.7;
 /// The first seconds of a plan are committed: the fan's spin-up leaves them to the duty it turns
 /// at now, whatever is sent.
