@@ -114,14 +114,10 @@ fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> 
     if !Path::new(&launch.program).exists() {
         return Err(format!("{} not found", launch.program));
     }
-    let mut child = Command::new(&launch.program)
-        .args(&args)
-        .envs(&launch.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", launch.program))?;
+    let mut command = Command::new(&launch.program);
+    command.args(&args).envs(&launch.env).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child =
+        crate::exec::spawn_blocking(&mut command).map_err(|e| format!("{}: {e}", launch.program))?;
     let deadline = Instant::now() + settings.watchdog;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let result = loop {

@@ -31,12 +31,9 @@ impl FirmwareHook {
         let exe = self.dir.join(event.name());
         let err = |why: String| ActuatorError::Hook { path: exe.clone(), why };
         let json = serde_json::to_string(&event).map_err(|e| err(e.to_string()))?;
-        let mut child = Command::new(&exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| err(e.to_string()))?;
+        let mut command = Command::new(&exe);
+        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = crate::exec::spawn_blocking(&mut command).map_err(|e| err(e.to_string()))?;
         if let Some(mut stdin) = child.stdin.take() {
             stdin.write_all(json.as_bytes()).map_err(|e| err(e.to_string()))?;
         }
