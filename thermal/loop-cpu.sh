@@ -6,9 +6,9 @@
 # a copy of the tiny-cpu-test profile that names the vulkan backend. Two clients send chat
 # completions back to back. Prints the loop's own CPU account (/api/v1/thermal) and, for context,
 # the whole supervisor's, with what the status said about the fan (`why`, sampled every 5 s);
-# then, after the supervisor stopped, the thermal events and the learned
-# state it left in the state directory (its files, and the model its forecast was learned with). With THERMAL_PRIORS=FILE that file is installed as the
-# active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
+# then, after the supervisor stopped, the thermal events and the learned state it left in the
+# state directory (its files, and the model its forecast was learned with). With
+# THERMAL_PRIORS=FILE that file is installed as the active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
 # LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
