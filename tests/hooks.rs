@@ -211,7 +211,11 @@ async fn a_failing_fan_command_hands_the_fan_back_to_firmware_auto() {
     let tools = FakeTools::new(&["framework_tool"], &["--fansetduty"]);
     let root = tempfile::tempdir().unwrap();
     let status = StatusModel::new();
-    let hooks = FirmwareHooks::new(runner(Board::FrameworkDesktop, &tools, root.path()), status.clone());
+    let hooks = FirmwareHooks::new(
+        Board::FrameworkDesktop,
+        runner(Board::FrameworkDesktop, &tools, root.path()),
+        status.clone(),
+    );
 
     match hooks.set_fan(30, None).await {
         FanOutcome::FellBackToAuto { error: HookError::Refused { detail, .. }, auto_applied: true } => {
@@ -228,7 +232,11 @@ async fn a_failing_fan_command_hands_the_fan_back_to_firmware_auto() {
 async fn a_missing_tool_is_named_in_the_refusal() {
     let tools = FakeTools::new(&[], &[]);
     let root = tempfile::tempdir().unwrap();
-    let hooks = FirmwareHooks::new(runner(Board::FrameworkDesktop, &tools, root.path()), StatusModel::new());
+    let hooks = FirmwareHooks::new(
+        Board::FrameworkDesktop,
+        runner(Board::FrameworkDesktop, &tools, root.path()),
+        StatusModel::new(),
+    );
     match hooks.set_fan(30, None).await {
         FanOutcome::FellBackToAuto { error: HookError::Refused { detail, .. }, auto_applied: false } => {
             assert!(detail.contains("framework_tool not installed"), "{detail}")
@@ -245,23 +253,75 @@ fn custom_hook(script: &str) -> (tempfile::TempDir, HookRunner) {
     (dir, runner)
 }
 
+/// A `set-fan` that starts a sleeper in its own process group and waits for it, and the file
+/// the sleeper's pid is written to.
+fn hung_hook() -> (tempfile::TempDir, HookRunner, tempfile::NamedTempFile) {
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let (dir, runner) =
+        custom_hook(&format!("#!/bin/sh\nsleep 30 &\necho $! > '{}'\nwait\n", pid_file.path().display()));
+    (dir, runner.with_timeout(Duration::from_millis(500)), pid_file)
+}
+
+/// Whether the sleeper of [`hung_hook`] still runs (a zombie waiting for its reaper does not).
+fn still_running(pid_file: &Path) -> Option<String> {
+    let pid: i32 = fs::read_to_string(pid_file).unwrap().trim().parse().unwrap();
+    let state = fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
+        s.rsplit(')').next().and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+    });
+    state.filter(|s| s != "Z").map(|s| format!("sleep {pid} in state {s}"))
+}
+
 #[tokio::test]
 async fn a_hung_hook_is_killed_with_its_children_at_the_timeout() {
-    let pid_file = tempfile::NamedTempFile::new().unwrap();
-    let (_dir, runner) =
-        custom_hook(&format!("#!/bin/sh\nsleep 30 &\necho $! > '{}'\nwait\n", pid_file.path().display()));
-    let runner = runner.with_timeout(Duration::from_millis(500));
+    let (_dir, runner, pid_file) = hung_hook();
     let started = Instant::now();
     let result = runner.call(&HookEvent::set_fan(50, None).unwrap()).await;
     assert!(matches!(result, Err(HookError::Timeout { .. })), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
-    let pid: i32 = fs::read_to_string(pid_file.path()).unwrap().trim().parse().unwrap();
-    // The sleeper was in the hook's process group: gone, or a zombie waiting for its reaper.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let state = fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
-        s.rsplit(')').next().and_then(|rest| rest.split_whitespace().next().map(str::to_string))
-    });
-    assert!(matches!(state.as_deref(), None | Some("Z")), "sleep {pid} still running: {state:?}");
+    assert_eq!(still_running(pid_file.path()), None);
+}
+
+/// The fan loop waits for its hooks on its own thread: the same timeout and the same kill.
+#[test]
+fn a_hung_hook_waited_for_on_a_thread_is_killed_with_its_children_at_the_timeout() {
+    let (_dir, runner, pid_file) = hung_hook();
+    let started = Instant::now();
+    let result = runner.call_blocking(&HookEvent::set_fan(50, None).unwrap());
+    assert!(matches!(result, Err(HookError::Timeout { .. })), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(still_running(pid_file.path()), None);
+}
+
+/// What the fan loop's hooks answer is read as the async caller reads it: a refusal, a bad reply
+/// or an exit code is an error, and the hook sees the event and the environment.
+#[test]
+fn a_hook_waited_for_on_a_thread_answers_as_an_awaited_one() {
+    let event = HookEvent::set_fan(42, Some(0)).unwrap();
+    let (_d0, runner) = custom_hook(
+        "#!/bin/sh\nin=$(cat)\nprintf '{\"ok\":true,\"detail\":\"%s|%s|%s\"}\\n' \"$LUCEBOX_BOARD\" \"$LUCEBOX_ROOT\" \"$(printf '%s' \"$in\" | sed 's/\"/_/g')\"\n",
+    );
+    assert_eq!(
+        applied(runner.call_blocking(&event)),
+        "framework-desktop||{_event_:_set-fan_,_duty_pct_:42,_fan_:0}"
+    );
+    let (_d1, runner) = custom_hook("#!/bin/sh\necho 'cannot reach EC' >&2\nexit 3\n");
+    match runner.call_blocking(&event) {
+        Err(HookError::Exit { stderr, status, .. }) => {
+            assert_eq!(status.code(), Some(3));
+            assert_eq!(stderr, "cannot reach EC");
+        }
+        other => panic!("expected an exit error, got {other:?}"),
+    }
+    let (_d2, runner) = custom_hook("#!/bin/sh\necho 'fan set'\n");
+    assert!(matches!(runner.call_blocking(&event), Err(HookError::BadReply { .. })));
+    let (_d3, runner) = custom_hook("#!/bin/sh\necho '{\"ok\":false,\"detail\":\"EC busy\"}'\n");
+    match runner.call_blocking(&event) {
+        Err(HookError::Refused { detail, .. }) => assert_eq!(detail, "EC busy"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(runner.call_blocking(&HookEvent::Boot).unwrap(), HookOutcome::NotProvided);
 }
 
 /// An operator copying a new hook over the old one holds it open for writing for a moment; the

@@ -37,6 +37,7 @@ const SOURCE: &str = "hooks";
 /// The hooks of the board this machine is, with failures logged and published.
 #[derive(Clone)]
 pub struct FirmwareHooks {
+    board: Board,
     runner: HookRunner,
     status: StatusModel,
 }
@@ -54,8 +55,9 @@ pub enum FanOutcome {
 }
 
 impl FirmwareHooks {
-    pub fn new(runner: HookRunner, status: StatusModel) -> Self {
-        Self { runner, status }
+    /// The hooks `runner` runs, for `board` (named in what is logged and published).
+    pub fn new(board: Board, runner: HookRunner, status: StatusModel) -> Self {
+        Self { board, runner, status }
     }
 
     /// The hooks in `hooks_dir` for the board DMI below `root` names, or `None` for a board
@@ -63,11 +65,11 @@ impl FirmwareHooks {
     pub fn for_this_board(hooks_dir: &Path, root: &SysRoot, status: StatusModel) -> Option<Self> {
         let board = Board::detect(root)?;
         status.event(SOURCE, Level::Info, format!("board {}: firmware hooks enabled", board.display_name()));
-        Some(Self::new(HookRunner::new(hooks_dir, board, root.clone()), status))
+        Some(Self::new(board, HookRunner::new(hooks_dir, board, root.clone()), status))
     }
 
     pub fn board(&self) -> Board {
-        self.runner.board()
+        self.board
     }
 
     /// Runs the hook for `event`; a failure is logged and published to the status model and

@@ -1,13 +1,16 @@
-//! Runs one hook executable: JSON in, JSON out, bounded output, killed at the timeout.
+//! Runs one hook executable: JSON in, JSON out, bounded output, killed with everything it started
+//! at the timeout. Awaited from async code, or waited for on the calling thread by the synchronous
+//! fan loop and the fan reset.
 
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
 use super::board::Board;
 use super::event::{EventError, HookEvent, HookReply};
@@ -49,11 +52,11 @@ pub enum HookOutcome {
     NotProvided,
 }
 
-/// Runs the hooks of one board from one hooks folder.
+/// Runs the hooks of one board from its folder.
 #[derive(Debug, Clone)]
 pub struct HookRunner {
-    hooks_dir: PathBuf,
-    board: Board,
+    /// The board's folder: one executable per event.
+    board_dir: PathBuf,
     root: SysRoot,
     timeout: Duration,
     env: Vec<(OsString, OsString)>,
@@ -63,7 +66,13 @@ impl HookRunner {
     /// Hooks of `board` under `hooks_dir` (which holds one folder per board); `root` is passed to
     /// the hooks as `LUCEBOX_ROOT` so sysfs hooks act on the same tree the supervisor reads.
     pub fn new(hooks_dir: impl Into<PathBuf>, board: Board, root: SysRoot) -> Self {
-        Self { hooks_dir: hooks_dir.into(), board, root, timeout: DEFAULT_TIMEOUT, env: Vec::new() }
+        Self::for_board_dir(hooks_dir.into().join(board.dir_name()), root)
+    }
+
+    /// Hooks in one board folder, e.g. `/usr/local/lib/lucebox/firmware-hooks/framework-desktop`;
+    /// the folder's name is the hooks' `LUCEBOX_BOARD`.
+    pub fn for_board_dir(board_dir: impl Into<PathBuf>, root: SysRoot) -> Self {
+        Self { board_dir: board_dir.into(), root, timeout: DEFAULT_TIMEOUT, env: Vec::new() }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -77,48 +86,55 @@ impl HookRunner {
         self
     }
 
-    pub fn board(&self) -> Board {
-        self.board
+    pub fn board_dir(&self) -> &Path {
+        &self.board_dir
     }
 
     /// The executable that handles `event`.
     pub fn hook_path(&self, event: &HookEvent) -> PathBuf {
-        self.hooks_dir.join(self.board.dir_name()).join(event.name())
+        self.board_dir.join(event.name())
     }
 
     /// Runs the hook for `event` and parses its reply.
     pub async fn call(&self, event: &HookEvent) -> Result<HookOutcome, HookError> {
-        let path = self.hook_path(event);
-        if !path.exists() {
-            return Ok(HookOutcome::NotProvided);
-        }
-        let input = serde_json::to_vec(event).map_err(HookError::Encode)?;
-        let output = self.run(&path, &input).await?;
-        if !output.status.success() {
-            return Err(HookError::Exit { path, status: output.status, stderr: output.stderr });
-        }
-        let reply: HookReply = serde_json::from_str(output.stdout.trim()).map_err(|source| {
-            HookError::BadReply { path: path.clone(), source, stdout: output.stdout.clone() }
-        })?;
-        if !reply.ok {
-            let detail = reply.detail.unwrap_or_else(|| "no detail given".to_string());
-            return Err(HookError::Refused { path, detail });
-        }
-        Ok(HookOutcome::Applied(reply))
+        let Some((path, input)) = self.prepare(event)? else { return Ok(HookOutcome::NotProvided) };
+        self.run(&path, &input).await?.outcome(path)
     }
 
-    async fn run(&self, path: &Path, input: &[u8]) -> Result<HookOutput, HookError> {
-        let mut command = Command::new(path);
+    /// [`Self::call`] on this thread, for callers that have no runtime to wait on: the synchronous
+    /// fan loop and the fan reset (which also runs from the panic hook). The same exchange, the
+    /// same timeout, the same process-group kill.
+    pub fn call_blocking(&self, event: &HookEvent) -> Result<HookOutcome, HookError> {
+        let Some((path, input)) = self.prepare(event)? else { return Ok(HookOutcome::NotProvided) };
+        self.run_blocking(&path, &input)?.outcome(path)
+    }
+
+    /// The hook's path and its input, or `None` where the board has no hook for `event`.
+    fn prepare(&self, event: &HookEvent) -> Result<Option<(PathBuf, Vec<u8>)>, HookError> {
+        let path = self.hook_path(event);
+        if !path.exists() {
+            return Ok(None);
+        }
+        Ok(Some((path, serde_json::to_vec(event).map_err(HookError::Encode)?)))
+    }
+
+    fn command(&self, path: &Path) -> std::process::Command {
+        let mut command = std::process::Command::new(path);
         command
             .env("LUCEBOX_ROOT", root_env(&self.root))
-            .env("LUCEBOX_BOARD", self.board.dir_name())
+            .env("LUCEBOX_BOARD", self.board_dir.file_name().unwrap_or_default())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Its own process group, so a timeout kills the tools the hook started too.
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        command
+    }
+
+    async fn run(&self, path: &Path, input: &[u8]) -> Result<HookOutput, HookError> {
+        let mut command = tokio::process::Command::from(self.command(path));
+        command.kill_on_drop(true);
         let mut child = crate::exec::spawn(&mut command)
             .await
             .map_err(|source| HookError::Spawn { path: path.to_path_buf(), source })?;
@@ -142,17 +158,101 @@ impl HookRunner {
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(result) => result,
             Err(_) => {
-                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // The group may already be gone; nothing more to do then.
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+                kill_group(pid);
                 let _ = child.wait().await;
                 Err(HookError::Timeout { path: path.to_path_buf(), timeout: self.timeout })
             }
         }
+    }
+
+    fn run_blocking(&self, path: &Path, input: &[u8]) -> Result<HookOutput, HookError> {
+        let mut child = crate::exec::spawn_blocking(&mut self.command(path))
+            .map_err(|source| HookError::Spawn { path: path.to_path_buf(), source })?;
+        let deadline = Instant::now() + self.timeout;
+        let exchange = exchange_blocking(&mut child, input, deadline);
+        if !matches!(exchange, Ok(Some(_))) {
+            // Timed out or failed half way: nothing of the hook may outlive the call.
+            kill_group(Some(child.id()));
+        }
+        let _ = child.wait();
+        match exchange {
+            Ok(Some(output)) => Ok(output),
+            Ok(None) => Err(HookError::Timeout { path: path.to_path_buf(), timeout: self.timeout }),
+            Err(source) => Err(HookError::Io { path: path.to_path_buf(), source }),
+        }
+    }
+}
+
+/// Writes the input, drains both pipes on their own threads (a hook that fills one must not
+/// stall on it while the other is read) and waits for the exit, all before `deadline`; `None`
+/// when the deadline came first.
+fn exchange_blocking(
+    child: &mut std::process::Child,
+    input: &[u8],
+    deadline: Instant,
+) -> io::Result<Option<HookOutput>> {
+    let (sender, pipes) = mpsc::channel();
+    drain_on_thread(child.stdout.take(), MAX_STDOUT_BYTES, Pipe::Stdout, sender.clone());
+    drain_on_thread(child.stderr.take(), MAX_STDERR_BYTES, Pipe::Stderr, sender);
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its input closes the pipe early; that is its choice. The
+        // input is one small object, well under a pipe's buffer, so this write does not block.
+        match stdin.write_all(input) {
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e),
+            _ => {}
+        }
+    }
+    let (mut stdout, mut stderr) = (None, None);
+    while stdout.is_none() || stderr.is_none() {
+        let Ok((pipe, text)) = pipes.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            return Ok(None);
+        };
+        match pipe {
+            Pipe::Stdout => stdout = Some(text?),
+            Pipe::Stderr => stderr = Some(text?),
+        }
+    }
+    // Both pipes closed: the hook has exited, or is about to.
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
+            return Ok(Some(HookOutput { status, stdout, stderr }));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+fn drain_on_thread(
+    pipe: Option<impl Read + Send + 'static>,
+    limit: u64,
+    which: Pipe,
+    sender: mpsc::Sender<(Pipe, io::Result<String>)>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let read = match pipe {
+            Some(pipe) => pipe.take(limit).read_to_end(&mut buf).map(drop),
+            None => Ok(()),
+        };
+        // The caller may have given up at its deadline; then nobody listens.
+        let _ = sender.send((which, read.map(|()| String::from_utf8_lossy(&buf).trim_end().to_string())));
+    });
+}
+
+/// Kills the hook's process group: the hook and every tool it started. The group may already be
+/// gone; there is nothing more to do then.
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
 }
 
@@ -160,6 +260,24 @@ struct HookOutput {
     status: ExitStatus,
     stdout: String,
     stderr: String,
+}
+
+impl HookOutput {
+    /// What the hook at `path` answered: applied, or why not.
+    fn outcome(self, path: PathBuf) -> Result<HookOutcome, HookError> {
+        if !self.status.success() {
+            return Err(HookError::Exit { path, status: self.status, stderr: self.stderr });
+        }
+        let reply: HookReply = match serde_json::from_str(self.stdout.trim()) {
+            Ok(reply) => reply,
+            Err(source) => return Err(HookError::BadReply { path, source, stdout: self.stdout }),
+        };
+        if !reply.ok {
+            let detail = reply.detail.unwrap_or_else(|| "no detail given".to_string());
+            return Err(HookError::Refused { path, detail });
+        }
+        Ok(HookOutcome::Applied(reply))
+    }
 }
 
 /// `LUCEBOX_ROOT` for hooks: empty on a live machine, so `"$LUCEBOX_ROOT/sys/..."` is the real path.

@@ -60,7 +60,7 @@ pub fn reset_all(root: &SysRoot, hook: Option<&Path>, nvml_lib: Option<&Path>) -
         }
     }
     if let Some(hook) = hook {
-        match FirmwareHook::new(hook.to_path_buf()).restore_auto() {
+        match FirmwareHook::new(hook.to_path_buf(), root.clone()).restore_auto() {
             Ok(()) => report.restored.push(format!("hook {}", hook.display())),
             Err(e) => report.errors.push(e.to_string()),
         }

@@ -1,54 +1,35 @@
 //! Boxes whose fan belongs to an embedded controller (Strix Halo mini PCs): the board's firmware
-//! hooks do the work, in the hook protocol of `crate::hooks` (one executable per event in the
-//! board's hook folder, one flat JSON event on stdin): `set-fan` with `duty_pct`, `fan-auto`.
-//! Full speed is `set-fan` at 100 %. The fan loop is synchronous, so the hook is run and waited
-//! for here, with the same timeout the async runner uses.
+//! hooks do the work, through the one hook runner of `crate::hooks` (one executable per event in
+//! the board's hook folder, one flat JSON event on stdin, one JSON reply on stdout): `set-fan` with
+//! `duty_pct`, `fan-auto`. Full speed is `set-fan` at 100 %. The fan loop is synchronous, so the
+//! hook is run and waited for on its thread ([`HookRunner::call_blocking`]). Only a hook that
+//! answers `{"ok":true}` has applied a command: a refusal, a bad reply, an exit code or a board
+//! without the hook is an actuator error, which the fan loop answers with firmware auto.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use super::{ActuatorError, FanActuator, FanRange};
-use crate::hooks::HookEvent;
+use crate::hardware::SysRoot;
+use crate::hooks::{HookEvent, HookOutcome, HookRunner};
 
-/// The hook is killed after this long.
-const HOOK_TIMEOUT: Duration = Duration::from_secs(5);
 /// EC fan levels are coarse (e.g. 20 % steps); the hook maps the duty to what the board has.
 const EC_MIN_DUTY_PCT: f64 = 20.0;
 
 pub struct FirmwareHook {
-    /// The board's hook folder, e.g. `/usr/local/lib/lucebox/firmware-hooks/framework-desktop`.
-    dir: PathBuf,
+    runner: HookRunner,
 }
 
 impl FirmwareHook {
-    pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+    /// The hooks in the board folder `dir`, e.g.
+    /// `/usr/local/lib/lucebox/firmware-hooks/framework-desktop`, acting on the tree under `root`.
+    pub fn new(dir: PathBuf, root: SysRoot) -> Self {
+        Self { runner: HookRunner::for_board_dir(dir, root) }
     }
 
     fn send(&self, event: HookEvent) -> Result<(), ActuatorError> {
-        let exe = self.dir.join(event.name());
-        let err = |why: String| ActuatorError::Hook { path: exe.clone(), why };
-        let json = serde_json::to_string(&event).map_err(|e| err(e.to_string()))?;
-        let mut command = Command::new(&exe);
-        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = crate::exec::spawn_blocking(&mut command).map_err(|e| err(e.to_string()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(json.as_bytes()).map_err(|e| err(e.to_string()))?;
-        }
-        let started = Instant::now();
-        loop {
-            match child.try_wait().map_err(|e| err(e.to_string()))? {
-                Some(status) if status.success() => return Ok(()),
-                Some(status) => return Err(err(format!("exited with {status}"))),
-                None if started.elapsed() > HOOK_TIMEOUT => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(err("timed out".into()));
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
+        match self.runner.call_blocking(&event)? {
+            HookOutcome::Applied(_) => Ok(()),
+            HookOutcome::NotProvided => Err(ActuatorError::NoHook { path: self.runner.hook_path(&event) }),
         }
     }
 }
@@ -79,8 +60,9 @@ impl FanActuator for FirmwareHook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::HookError;
 
-    /// A board hook folder whose hooks append their stdin to `events`.
+    /// A board hook folder whose hooks run `body`.
     fn board_dir(dir: &std::path::Path, body: &str) {
         use std::os::unix::fs::PermissionsExt;
         for name in ["set-fan", "fan-auto"] {
@@ -94,8 +76,8 @@ mod tests {
     fn speaks_the_board_hook_protocol() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events");
-        board_dir(dir.path(), &format!("cat >> {}; echo >> {}", log.display(), log.display()));
-        let mut hook = FirmwareHook::new(dir.path().to_path_buf());
+        board_dir(dir.path(), &format!("cat >> {0}; echo >> {0}; echo '{{\"ok\":true}}'", log.display()));
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
         hook.set_duty(42.4, 60.0, 95.0).unwrap();
         hook.full_speed().unwrap();
         hook.restore_auto().unwrap();
@@ -118,7 +100,28 @@ mod tests {
     fn a_failing_hook_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         board_dir(dir.path(), "exit 3");
-        let mut hook = FirmwareHook::new(dir.path().to_path_buf());
-        assert!(matches!(hook.full_speed(), Err(ActuatorError::Hook { .. })));
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
+        assert!(matches!(hook.full_speed(), Err(ActuatorError::Hook(HookError::Exit { .. }))));
+    }
+
+    /// The shipped hooks exit 0 when they refuse (a board tool missing, the EC busy): the reply
+    /// says so, and a refused command is not taken as applied.
+    #[test]
+    fn a_refused_command_is_an_error_naming_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        board_dir(dir.path(), r#"echo '{"ok":false,"detail":"framework_tool not installed"}'"#);
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
+        let error = hook.set_duty(40.0, 60.0, 95.0).unwrap_err().to_string();
+        assert!(error.contains("refused: framework_tool not installed"), "{error}");
+        assert!(hook.restore_auto().is_err());
+    }
+
+    #[test]
+    fn a_board_without_the_hook_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
+        let error = hook.full_speed().unwrap_err().to_string();
+        assert!(matches!(hook.full_speed(), Err(ActuatorError::NoHook { .. })));
+        assert!(error.contains("set-fan") && error.contains("no hook"), "{error}");
     }
 }

@@ -23,8 +23,10 @@ pub enum ActuatorError {
     Format { path: PathBuf, why: String },
     #[error("NVML: {0}")]
     Nvml(String),
-    #[error("firmware hook {path}: {why}")]
-    Hook { path: PathBuf, why: String },
+    #[error("firmware hook {0}")]
+    Hook(#[from] crate::hooks::HookError),
+    #[error("firmware hook {path}: the board has no hook for this event")]
+    NoHook { path: PathBuf },
 }
 
 /// The fan range a device publishes.
@@ -87,6 +89,6 @@ pub fn for_device(
         Vendor::Nvidia => {
             NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
         }
-        _ => hook.map(|h| Box::new(FirmwareHook::new(h.to_path_buf())) as Box<dyn FanActuator>),
+        _ => hook.map(|h| Box::new(FirmwareHook::new(h.to_path_buf(), root.clone())) as Box<dyn FanActuator>),
     }
 }
