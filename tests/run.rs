@@ -41,6 +41,34 @@ fn run_serves_a_chat_completion_and_stops_cleanly() {
     assert!(http(engine_port, "GET", "/health", "").is_none(), "engine port still answers");
 }
 
+/// A part that fails stops the whole supervisor: with the status page's port taken, `run` stops
+/// the engine it started and exits non-zero naming the address, so the service manager starts it
+/// again (rather than it running on with no status page, API or OTA).
+#[test]
+fn run_stops_with_the_error_of_a_part_that_fails() {
+    let mut rig = RunRig::new();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", rig.web_port)).expect("bind the web port first");
+    let log = rig.dir.path().join("run.log");
+    let mut command = rig.command();
+    command.env("LUCEBOX_WEB__BIND", "127.0.0.1").stderr(std::fs::File::create(&log).unwrap());
+    rig.spawn(command);
+    let child = rig.child.as_mut().expect("spawned");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(std::time::Instant::now() < deadline, "run kept running with its web part failed");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    rig.child = None;
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!exit.success(), "{exit}: {stderr}");
+    let named = format!("web: cannot listen on 127.0.0.1:{}", rig.web_port);
+    assert!(stderr.lines().last().is_some_and(|l| l.contains(&named)), "{stderr}");
+    assert!(http(rig.engine_port, "GET", "/health", "").is_none(), "engine port still answers");
+}
+
 /// `thermal/loop-cpu.sh` runs `lucebox run` on a copy of the captured R9700 host with the CPU
 /// llama-server standing in for its Vulkan build: the fan loop must drive the card under the
 /// engine's load and account its own CPU time. A short run; the figure itself is the script's job.

@@ -462,3 +462,51 @@ async fn a_fan_command_the_board_hook_refuses_hands_the_fan_back_to_the_firmware
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// A wedged GPU driver can block a sysfs read for good. The fan loop's thread then hangs inside
+/// its round while the rest of the supervisor runs on, so the loop's heartbeat falls silent and
+/// systemd's watchdog is no longer fed (`lucebox::watchdog`). Here the junction file becomes a
+/// FIFO nobody writes: a read that blocks. The heartbeat beats while the loop turns, falls silent
+/// while the read hangs, and beats again once it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_loop_hung_in_a_sysfs_read_stops_feeding_the_watchdog() {
+    use lucebox::watchdog::Heartbeats;
+    use std::io::Write;
+
+    let (dir, root) = copy_fixture("rx6800-hwmon");
+    let junction = root.join(format!("{DEV}/hwmon/hwmon2/temp2_input"));
+    let reading = std::fs::read_to_string(&junction).unwrap();
+    let heartbeats = Heartbeats::default();
+    let silence = Duration::from_millis(600);
+    let config = ControlConfig {
+        period: PERIOD,
+        heartbeats: Some(heartbeats.clone()),
+        watchdog_silence: silence,
+        ..Default::default()
+    };
+    let device = common::thermal::amd_hwmon_device("gfx1030", &format!("{DEV}/hwmon/hwmon2"));
+    let state = tempfile::tempdir().unwrap();
+    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let mode = || status.snapshot().thermal.get("0000:03:00.0").map(|t| t.mode.clone());
+    assert!(eventually(|| mode().as_deref() == Some("predictive"), |_| {}).await, "{:?}", mode());
+    tokio::time::sleep(2 * silence).await;
+    assert_eq!(heartbeats.silent(), [], "a turning loop beats");
+
+    let fifo = dir.path().join("junction-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+    std::fs::rename(&fifo, &junction).unwrap();
+    tokio::time::sleep(2 * silence).await;
+    let silent: Vec<String> = heartbeats.silent().into_iter().map(|(name, _)| name).collect();
+    assert_eq!(silent, ["fan loop of 0000:03:00.0"]);
+
+    // The read returns (a writer comes and goes) and the file is a file again.
+    let file = dir.path().join("junction-file");
+    std::fs::write(&file, &reading).unwrap();
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&junction).unwrap();
+    std::fs::rename(&file, &junction).unwrap();
+    writer.write_all(reading.as_bytes()).unwrap();
+    drop(writer);
+    assert!(eventually(|| heartbeats.silent().is_empty(), |_| {}).await, "the loop beats again");
+    cancel.cancel();
+    task.await.unwrap();
+}

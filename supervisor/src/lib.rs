@@ -19,4 +19,5 @@ pub mod status;
 pub mod supervise;
 pub mod thermal;
 pub mod version;
+pub mod watchdog;
 pub mod web;

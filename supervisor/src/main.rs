@@ -284,11 +284,15 @@ fn run(config_file: Option<&std::path::Path>, args: RunArgs) -> anyhow::Result<E
     let config = Config::load(config_file, overrides)?;
     let options = lucebox::supervise::RunOptions { no_smoke: args.no_smoke, nvml_lib: args.nvml_lib };
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
-    tokio.block_on(async move {
+    let result = tokio.block_on(async move {
         let cancel = tokio_util::sync::CancellationToken::new();
         tokio::spawn(lucebox::supervise::cancel_on_signals(cancel.clone()));
         lucebox::supervise::run(config, options, cancel).await
-    })?;
+    });
+    // A fan loop's round that a wedged driver never answers holds a blocking thread; the exit
+    // does not wait for it (the unit's ExecStopPost hands the fans back to the firmware).
+    tokio.shutdown_timeout(std::time::Duration::from_secs(5));
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,6 +23,8 @@ pub enum SuperviseError {
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error(transparent)]
     Web(#[from] crate::web::WebError),
+    #[error("a part of the supervisor panicked: {0}")]
+    Panicked(String),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -33,7 +35,8 @@ pub struct RunOptions {
     pub nvml_lib: Option<std::path::PathBuf>,
 }
 
-/// Runs until `cancel` fires (or a part fails), then stops engines and hands fans back.
+/// Runs until `cancel` fires or a part fails, then stops engines and hands fans back; a failed
+/// part is the error returned.
 pub async fn run(
     config: Config,
     options: RunOptions,
@@ -66,6 +69,7 @@ pub async fn run(
     let spawn = crate::runtime::supervisor_spawner(&config, status.clone()).await?;
     let engines = Arc::new(EngineSet::new(spawn, status.clone(), engines_cancel.clone()));
     let fans = crate::thermal::FanOverrides::default();
+    let heartbeats = crate::watchdog::Heartbeats::default();
     {
         let (config, status, cancel) = (config.clone(), status.clone(), web_cancel.clone());
         let actions: Arc<dyn crate::web::Actions> =
@@ -84,7 +88,7 @@ pub async fn run(
         parts.spawn(publish_load(group.name.clone(), load.clone(), status.clone(), engines_cancel.clone()));
         let (root, state_dir, status, cancel) =
             (root.clone(), config.state_dir.clone(), status.clone(), engines_cancel.clone());
-        let (nvml_lib, overrides) = (options.nvml_lib.clone(), fans.clone());
+        let (nvml_lib, overrides, heartbeats) = (options.nvml_lib.clone(), fans.clone(), heartbeats.clone());
         let priors = config.active_set_dir().join(crate::thermal::priors::PRIORS_FILE);
         parts.spawn(async move {
             let control = crate::thermal::ControlConfig {
@@ -92,6 +96,7 @@ pub async fn run(
                 nvml_lib: nvml_lib.clone(),
                 overrides,
                 priors: Some(priors),
+                heartbeats: Some(heartbeats),
                 ..crate::thermal::ControlConfig::default()
             };
             crate::thermal::control_loop_with(control, devices, root, state_dir, load, status, cancel).await;
@@ -99,7 +104,14 @@ pub async fn run(
         });
     }
     notify_systemd_ready(&plan, &status);
-    parts.spawn(watchdog_pings(engines_cancel.clone()));
+    if let Some(period) = sd_notify::watchdog_enabled().filter(|p| !p.is_zero()) {
+        let (status, cancel) = (status.clone(), engines_cancel.clone());
+        let ping = || drop(sd_notify::notify(&[sd_notify::NotifyState::Watchdog]));
+        parts.spawn(async move {
+            crate::watchdog::ping_while_alive(heartbeats, period / 2, ping, status, cancel).await;
+            Ok(())
+        });
+    }
 
     let started = if plan.groups.is_empty() {
         status.event("plan", Level::Error, "no engine can run on this machine; the status page explains why");
@@ -107,9 +119,19 @@ pub async fn run(
     } else {
         engines.replace(&plan).await.map(drop)
     };
+    // Runs until SIGTERM/SIGINT, or until a part fails (the status page's port taken, a fan loop
+    // that panicked): then everything stops and `run` returns that error, so the service manager
+    // starts a whole supervisor again rather than one running on without the part.
+    let mut failed = None;
     let result = match started {
         Ok(()) => {
-            cancel.cancelled().await;
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                error = first_failure(&mut parts) => {
+                    status.event("supervisor", Level::Error, format!("{error}; stopping"));
+                    failed = Some(error);
+                }
+            }
             engines.stop_all().await
         }
         Err(e) => Err(e),
@@ -117,13 +139,35 @@ pub async fn run(
     // Engines are down (or never started): stop fan control and the web, and wait for them.
     engines_cancel.cancel();
     web_cancel.cancel();
-    let mut first_error = result.err().map(SuperviseError::from);
+    let mut first_error = failed.or(result.err().map(SuperviseError::from));
     while let Some(joined) = parts.join_next().await {
-        if let Ok(Err(e)) = joined {
+        if let Err(e) = part_result(joined) {
             first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The first part to fail; parts that end well (a fan loop with no fan to drive, a load
+/// publisher whose engine is gone) are let go. Pending forever while none fails.
+async fn first_failure(parts: &mut JoinSet<Result<(), SuperviseError>>) -> SuperviseError {
+    while let Some(joined) = parts.join_next().await {
+        if let Err(e) = part_result(joined) {
+            return e;
+        }
+    }
+    std::future::pending().await
+}
+
+fn part_result(
+    joined: Result<Result<(), SuperviseError>, tokio::task::JoinError>,
+) -> Result<(), SuperviseError> {
+    match joined {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => Err(SuperviseError::Panicked(e.to_string())),
+        // Cancelled: only at shutdown, which is not a failure.
+        Err(_) => Ok(()),
+    }
 }
 
 async fn detect(root: &SysRoot, options: &RunOptions, status: &StatusModel) -> Detection {
@@ -198,18 +242,6 @@ fn notify_systemd_ready(plan: &Plan, status: &StatusModel) {
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&text)])
     {
         status.event("systemd", Level::Warn, format!("sd_notify READY failed: {e}"));
-    }
-}
-
-/// Pings systemd's watchdog at half its period while the control loops run.
-async fn watchdog_pings(cancel: CancellationToken) -> Result<(), SuperviseError> {
-    let Some(period) = sd_notify::watchdog_enabled().filter(|p| !p.is_zero()) else { return Ok(()) };
-    let mut tick = tokio::time::interval(period / 2);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            _ = tick.tick() => { let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]); }
-        }
     }
 }
 

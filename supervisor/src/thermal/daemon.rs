@@ -4,7 +4,7 @@
 //! hook.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lucebox_engine::LoadSignal;
@@ -20,6 +20,7 @@ use super::safety::{SafetyLayer, Verdict};
 use super::sensors::{self, SensorSource};
 use crate::hardware::{Device, SysRoot};
 use crate::status::{Level, StatusModel, ThermalStatus};
+use crate::watchdog::{Heartbeat, Heartbeats};
 
 /// Knobs of the loop; the defaults are what `lucebox run` uses.
 #[derive(Debug, Clone)]
@@ -39,6 +40,10 @@ pub struct ControlConfig {
     /// Per-card starting points of the model (the active profile set's `thermal/priors.toml`), for
     /// devices that have not learned one yet.
     pub priors: Option<PathBuf>,
+    /// Where the loop beats once a round, for systemd's watchdog (`crate::watchdog`) ...
+    pub heartbeats: Option<Heartbeats>,
+    /// ... and how long it may go without a round before the watchdog gives up on it.
+    pub watchdog_silence: Duration,
 }
 
 /// A fan mode an operator asks for instead of the learned controller. Both are safe states; the
@@ -75,8 +80,9 @@ const OPERATOR: &str = "operator override";
 
 impl Default for ControlConfig {
     fn default() -> Self {
+        let period = Duration::from_secs(1);
         Self {
-            period: Duration::from_secs(1),
+            period,
             hook: None,
             nvml_lib: None,
             rewrite_below_pct: 1.0,
@@ -84,6 +90,10 @@ impl Default for ControlConfig {
             save_every: Duration::from_secs(300),
             overrides: FanOverrides::default(),
             priors: None,
+            heartbeats: None,
+            // A few periods, or a round whose fan command, fallback to auto and full speed each
+            // ran a board hook to its timeout: 20 s, under the unit's `WatchdogSec=30s`.
+            watchdog_silence: 3 * crate::hooks::DEFAULT_TIMEOUT + 5 * period,
         }
     }
 }
@@ -393,20 +403,38 @@ pub async fn control_loop_with(
     status: StatusModel,
     cancel: CancellationToken,
 ) {
-    let priors = config.priors.as_deref().filter(|p| p.exists()).and_then(|path| {
-        CardPriors::load(path)
-            .map_err(|e| status.event("thermal", Level::Warn, format!("{e}; using the generic prior")))
-            .ok()
-    });
-    let mut loops: Vec<DeviceLoop> = devices
-        .iter()
-        .filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, priors.as_ref(), &status))
-        .collect();
-    if loops.is_empty() {
+    // Watched from the start: opening a device reads sysfs too.
+    let names: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+    let heartbeat = config
+        .heartbeats
+        .as_ref()
+        .map(|h| h.watch(format!("fan loop of {}", names.join(", ")), config.watchdog_silence));
+    let config = Arc::new(config);
+    let opened = {
+        let (config, status) = (config.clone(), status.clone());
+        off_the_runtime(move || {
+            let priors = config.priors.as_deref().filter(|p| p.exists()).and_then(|path| {
+                CardPriors::load(path)
+                    .map_err(|e| {
+                        status.event("thermal", Level::Warn, format!("{e}; using the generic prior"))
+                    })
+                    .ok()
+            });
+            let opened: Vec<DeviceLoop> = devices
+                .iter()
+                .filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, priors.as_ref(), &status))
+                .collect();
+            if !opened.is_empty() {
+                arm_panic_reset(&root, &config);
+            }
+            opened
+        })
+        .await
+    };
+    let Some(mut loops) = opened.filter(|loops| !loops.is_empty()) else {
         status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
         return;
-    }
-    arm_panic_reset(&root, &config);
+    };
     let started = Instant::now();
     let mut last_save = Instant::now();
     let mut ticker = tokio::time::interval(config.period);
@@ -418,29 +446,59 @@ pub async fn control_loop_with(
         }
         let t_s = started.elapsed().as_secs_f64();
         let signal = load.borrow().clone();
-        let published: Vec<ThermalStatus> =
-            loops.iter_mut().map(|l| l.tick(t_s, signal.clone(), &status, &config)).collect();
+        let save = last_save.elapsed() >= config.save_every;
+        let (round_config, round_status) = (config.clone(), status.clone());
+        let round = off_the_runtime(move || {
+            let published: Vec<ThermalStatus> =
+                loops.iter_mut().map(|l| l.tick(t_s, signal.clone(), &round_status, &round_config)).collect();
+            if save {
+                loops.iter().for_each(DeviceLoop::save_learned);
+            }
+            (loops, published)
+        });
+        // Only when the runtime itself shuts down; the loops were dropped with the round, which
+        // hands every fan back to firmware auto.
+        let Some((back, published)) = round.await else { return };
+        loops = back;
+        if save {
+            last_save = Instant::now();
+        }
         status.update(|s| {
             for p in published {
                 s.thermal.insert(p.device_id.clone(), p);
             }
         });
-        if last_save.elapsed() >= config.save_every {
-            loops.iter().for_each(DeviceLoop::save_learned);
-            last_save = Instant::now();
-        }
+        heartbeat.iter().for_each(Heartbeat::beat);
     }
-    loops.iter().for_each(DeviceLoop::save_learned);
+    let ids: Vec<String> = loops.iter().map(|l| l.id.clone()).collect();
+    // Dropping the loops hands every fan back to firmware auto.
+    off_the_runtime(move || {
+        loops.iter().for_each(DeviceLoop::save_learned);
+        drop(loops);
+    })
+    .await;
     status.update(|s| {
-        for l in &loops {
-            if let Some(t) = s.thermal.get_mut(&l.id) {
+        for id in &ids {
+            if let Some(t) = s.thermal.get_mut(id) {
                 t.mode = Mode::FirmwareAuto.name().into();
                 t.safety = None;
             }
         }
     });
-    // Dropping the loops hands every fan back to firmware auto.
-    drop(loops);
+}
+
+/// Runs a round of the fan loop (sysfs and NVML reads and writes, board hooks, the learned files)
+/// on the blocking pool. A read that a wedged GPU driver never answers then holds a thread of its
+/// own, not an async worker whose timers the web, the engines and the watchdog's pings depend on.
+/// A panic in the round goes on in the caller; `None` only where the runtime is shutting down.
+async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => Some(value),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
 }
 
 /// The fan duty the controller is told: what the device reports, else the duty last sent. A fan
