@@ -270,6 +270,43 @@ fn failed_smoke_start_is_recorded_with_its_reason() {
     let g = group(&plan, "cpu");
     assert_eq!(g["proof"]["state"], "failed", "{g:#}");
     assert!(g["candidates"].to_string().contains("smoke start failed: engine exited"), "{g:#}");
+
+    // A new build in its place (a new image) is proven again, not judged by the cached failure.
+    std::fs::remove_file(&broken).unwrap();
+    std::os::unix::fs::symlink(std::env::var("LUCEBOX_LLAMA_SERVER").unwrap(), &broken).unwrap();
+    let plan = json_of(&run_ok(
+        lucebox()
+            .args(["plan", "--json"])
+            .env("LUCEBOX_ENGINES_DIR", engines.path())
+            .env("LUCEBOX_MODELS_DIR", models.path())
+            .env("LUCEBOX_STATE_DIR", state.path())
+            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
+    ));
+    let g = group(&plan, "cpu");
+    assert_eq!(g["proof"], serde_json::json!({"state": "proven", "cached": false}), "{g:#}");
+}
+
+/// On a host that runs its engines in containers the builds are in the image, not on the host: a
+/// smoke start there would run a path that is not there (or another build than the image's), so
+/// none is run, and the plan says why.
+#[test]
+fn a_host_running_engines_in_containers_does_not_smoke_start_them_and_says_why() {
+    let Some((engines, models, state)) = live_engine_dirs() else { return };
+    let output = lucebox()
+        .args(["plan", "--json"])
+        .env("LUCEBOX_RUNTIME__MODE", "docker")
+        .env("LUCEBOX_ENGINES_DIR", engines.path())
+        .env("LUCEBOX_MODELS_DIR", models.path())
+        .env("LUCEBOX_STATE_DIR", state.path())
+        .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(group(&plan, "cpu")["proof"], serde_json::json!({"state": "unproven"}), "{plan:#}");
+    assert!(stderr.contains("no smoke start: engines run in containers of"), "{stderr}");
+    assert!(!state.path().join("smoke-cache.json").exists(), "nothing proven, nothing cached");
 }
 
 /// Engines dir with the real CPU llama-server, a models dir with the tiny model, a state dir.

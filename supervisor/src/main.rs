@@ -247,7 +247,10 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if !args.no_smoke && root.is_live() {
-        lucebox::plan::smoke::prove(&mut plan, &detection, &inputs.smoke_settings(config));
+        match lucebox::runtime::smoke_start_unavailable(config) {
+            None => lucebox::plan::smoke::prove(&mut plan, &detection, &inputs.smoke_settings(config)),
+            Some(why) => eprintln!("lucebox plan: no smoke start: {why}"),
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan).context("encoding plan")?);

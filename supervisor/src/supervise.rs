@@ -52,7 +52,11 @@ pub async fn run(
         status.event("ota", Level::Error, format!("recovering the update state: {e}"));
     }
     let detection = detect(&root, &options, &status).await;
-    let smoke = !options.no_smoke && root.is_live();
+    let mut smoke = !options.no_smoke && root.is_live();
+    if let Some(why) = crate::runtime::smoke_start_unavailable(&config).filter(|_| smoke) {
+        status.event("plan", Level::Info, format!("no smoke start: {why}"));
+        smoke = false;
+    }
     let gpu_access = docker_gpu_access(&config, &root, &status).await;
     let planner = Arc::new(
         Planner::new(config.clone(), detection.clone(), smoke, status.clone()).with_gpu_access(gpu_access),

@@ -77,12 +77,20 @@ impl Planner {
         }
         if smoke && self.smoke {
             let (smoke, detection) = (inputs.smoke_settings(&self.config), self.detection.clone());
+            let unproven = plan.clone();
             plan = tokio::task::spawn_blocking(move || {
                 plan::smoke::prove(&mut plan, &detection, &smoke);
                 plan
             })
             .await
-            .unwrap_or_default();
+            .unwrap_or_else(|e| {
+                self.status.event(
+                    "plan",
+                    Level::Error,
+                    format!("the smoke start failed ({e}); the plan runs unproven"),
+                );
+                unproven
+            });
         }
         plan
     }

@@ -103,7 +103,8 @@ pub struct Candidate {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum Proof {
-    /// Not smoke-started (captured tree, `--no-smoke`, or not tried yet).
+    /// Not smoke-started (captured tree, `--no-smoke`, engines in containers whose builds are not
+    /// on this host, or not tried yet).
     #[default]
     Unproven,
     Proven {

@@ -1,6 +1,7 @@
 //! Proof that a chosen engine build really starts on its device: a smoke start with a watchdog
 //! (the engine must answer `/health` 200 in time), falling down the plan's ladder on failure.
-//! Results are cached per (device, driver, image build, variant) so boots stay fast.
+//! Results are cached per (device, driver, image build, variant, the build's file size and time) so
+//! boots stay fast and a replaced build is proven again.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -55,7 +56,12 @@ pub fn prove(plan: &mut Plan, detection: &Detection, settings: &SmokeSettings) {
         let mut proof = Proof::Failed { reason: "no candidate could be smoke-started".into() };
         while !ladder.is_empty() {
             let choice = ladder.remove(0);
-            let key = format!("{device_key}|{}|{}", settings.image_build, choice.variant);
+            let key = format!(
+                "{device_key}|{}|{}|{}",
+                settings.image_build,
+                choice.variant,
+                build_identity(Path::new(&choice.launch.program))
+            );
             let (result, cached) = match cache.results.get(&key) {
                 Some(result) => (result.clone(), true),
                 None => {
@@ -89,6 +95,14 @@ pub fn prove(plan: &mut Plan, detection: &Detection, settings: &SmokeSettings) {
             }
         }
     }
+}
+
+/// The engine build's file as it is now (size and modification time): a new image, or a build
+/// replaced in place, is proven again rather than judged by an old result, failures included.
+fn build_identity(program: &Path) -> String {
+    let Ok(meta) = std::fs::metadata(program) else { return "missing".into() };
+    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    format!("{}b@{}", meta.len(), modified.map_or(0, |d| d.as_nanos()))
 }
 
 fn mark_rejected(candidates: &mut [Candidate], variant: &str, reason: &str) {

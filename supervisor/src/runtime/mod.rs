@@ -89,6 +89,21 @@ pub fn resolve_mode(mode: RuntimeMode, docker_socket: &Path, in_container: bool)
     }
 }
 
+/// Where the engine builds a smoke start runs are: on this filesystem when the engines run as
+/// child processes (inside the image, or a host that runs them directly), or only inside the
+/// engine image when this supervisor runs them in containers. `None` where a smoke start here can
+/// prove them; else why it cannot.
+pub fn smoke_start_unavailable(config: &Config) -> Option<String> {
+    match resolve_mode(config.runtime.mode, &config.runtime.docker_socket, in_container()) {
+        ResolvedMode::Process => None,
+        ResolvedMode::Docker => Some(format!(
+            "engines run in containers of {}, whose builds are not on this host: each one's first start \
+             proves it, and a crash loop steps down to the next fallback",
+            config.runtime.engine_image
+        )),
+    }
+}
+
 /// Whether this process runs inside a container (the marker files Docker and Podman create).
 pub fn in_container() -> bool {
     Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists()
