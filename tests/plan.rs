@@ -259,30 +259,26 @@ fn failed_smoke_start_is_recorded_with_its_reason() {
         0o755,
     );
     std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let plan = json_of(&run_ok(
-        lucebox()
-            .args(["plan", "--json"])
-            .env("LUCEBOX_ENGINES_DIR", engines.path())
-            .env("LUCEBOX_MODELS_DIR", models.path())
-            .env("LUCEBOX_STATE_DIR", state.path())
-            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
-    ));
-    let g = group(&plan, "cpu");
+    let plan = || {
+        json_of(&run_ok(
+            lucebox()
+                .args(["plan", "--json"])
+                .env("LUCEBOX_ENGINES_DIR", engines.path())
+                .env("LUCEBOX_MODELS_DIR", models.path())
+                .env("LUCEBOX_STATE_DIR", state.path())
+                .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
+        ))
+    };
+    let first = plan();
+    let g = group(&first, "cpu");
     assert_eq!(g["proof"]["state"], "failed", "{g:#}");
     assert!(g["candidates"].to_string().contains("smoke start failed: engine exited"), "{g:#}");
 
     // A new build in its place (a new image) is proven again, not judged by the cached failure.
     std::fs::remove_file(&broken).unwrap();
     std::os::unix::fs::symlink(std::env::var("LUCEBOX_LLAMA_SERVER").unwrap(), &broken).unwrap();
-    let plan = json_of(&run_ok(
-        lucebox()
-            .args(["plan", "--json"])
-            .env("LUCEBOX_ENGINES_DIR", engines.path())
-            .env("LUCEBOX_MODELS_DIR", models.path())
-            .env("LUCEBOX_STATE_DIR", state.path())
-            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
-    ));
-    let g = group(&plan, "cpu");
+    let second = plan();
+    let g = group(&second, "cpu");
     assert_eq!(g["proof"], serde_json::json!({"state": "proven", "cached": false}), "{g:#}");
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::thermal::{copy_fixture, spawn_control_loop, start_fan_loop, start_fan_loop_in, FanLoop, DEV};
@@ -389,21 +389,10 @@ async fn a_new_device_starts_from_its_cards_prior_and_a_learned_model_wins() {
 /// learned as one that never answers: the slowest lag), and hands it back to the firmware on exit.
 #[tokio::test]
 async fn a_fan_behind_an_embedded_controller_is_driven_through_the_board_hook() {
-    let (dir, root) = copy_fixture("rx6800-hwmon");
-    let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
-    for fan_file in ["pwm1", "pwm1_enable", "fan1_input", "fan1_min", "fan1_max"] {
-        std::fs::remove_file(root.join(&hwmon_rel).join(fan_file)).unwrap();
-    }
-    let hooks = dir.path().join("board-hooks");
-    let log = dir.path().join("hook-events");
-    std::fs::create_dir(&hooks).unwrap();
-    board_hooks(&hooks, &log, r#"{"ok":true}"#, r#"{"ok":true}"#);
-    let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
-    let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
-    let state = tempfile::tempdir().unwrap();
-    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let rig = EcFanRig::start(r#"{"ok":true}"#, r#"{"ok":true}"#);
+    let (status, cancel, task) = (&rig.status, &rig.cancel, rig.task);
     let thermal = || status.snapshot().thermal.get("0000:03:00.0").cloned();
-    let events = || std::fs::read_to_string(&log).unwrap_or_default();
+    let events = || std::fs::read_to_string(&rig.log).unwrap_or_default();
     let driving = || thermal().is_some_and(|t| t.mode == "predictive");
     assert!(eventually(|| driving() && events().contains("\"set-fan\""), |_| {}).await, "{:?}", thermal());
     let t = thermal().expect("thermal status published");
@@ -419,16 +408,39 @@ async fn a_fan_behind_an_embedded_controller_is_driven_through_the_board_hook() 
     assert_eq!(last.as_deref(), Some("{\"event\":\"fan-auto\"}"), "{}", events());
 }
 
-/// A board folder whose `set-fan` and `fan-auto` append their event to `log` and answer
-/// `set_fan` and `fan_auto`.
-fn board_hooks(hooks: &Path, log: &Path, set_fan: &str, fan_auto: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(hooks).unwrap();
-    for (name, reply) in [("set-fan", set_fan), ("fan-auto", fan_auto)] {
-        let path = hooks.join(name);
-        let script = format!("#!/bin/sh\ncat >> {0}; echo >> {0}\necho '{reply}'\n", log.display());
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// A Strix Halo box's fan loop on a copy of a captured hwmon tree without its fan files (the
+/// embedded controller owns the fan), driving it through a board folder whose `set-fan` and
+/// `fan-auto` append their event to `log` and answer `set_fan` and `fan_auto`.
+struct EcFanRig {
+    _dir: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    log: PathBuf,
+    status: StatusModel,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EcFanRig {
+    fn start(set_fan: &str, fan_auto: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, root) = copy_fixture("rx6800-hwmon");
+        let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
+        for fan_file in ["pwm1", "pwm1_enable", "fan1_input", "fan1_min", "fan1_max"] {
+            std::fs::remove_file(root.join(&hwmon_rel).join(fan_file)).unwrap();
+        }
+        let (hooks, log) = (dir.path().join("board-hooks"), dir.path().join("hook-events"));
+        std::fs::create_dir_all(&hooks).unwrap();
+        for (name, reply) in [("set-fan", set_fan), ("fan-auto", fan_auto)] {
+            let path = hooks.join(name);
+            let script = format!("#!/bin/sh\ncat >> {0}; echo >> {0}\necho '{reply}'\n", log.display());
+            std::fs::write(&path, script).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
+        let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
+        let state = tempfile::tempdir().unwrap();
+        let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+        Self { _dir: dir, _state: state, log, status, cancel, task }
     }
 }
 
@@ -437,19 +449,10 @@ fn board_hooks(hooks: &Path, log: &Path, set_fan: &str, fan_auto: &str) {
 /// (once, and drives it no more) and says why.
 #[tokio::test]
 async fn a_fan_command_the_board_hook_refuses_hands_the_fan_back_to_the_firmware() {
-    let (dir, root) = copy_fixture("rx6800-hwmon");
-    let hwmon_rel = format!("{DEV}/hwmon/hwmon2");
-    for fan_file in ["pwm1", "pwm1_enable", "fan1_input", "fan1_min", "fan1_max"] {
-        std::fs::remove_file(root.join(&hwmon_rel).join(fan_file)).unwrap();
-    }
-    let (hooks, log) = (dir.path().join("board-hooks"), dir.path().join("hook-events"));
-    board_hooks(&hooks, &log, r#"{"ok":false,"detail":"EC busy"}"#, r#"{"ok":true}"#);
-    let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
-    let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
-    let state = tempfile::tempdir().unwrap();
-    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let rig = EcFanRig::start(r#"{"ok":false,"detail":"EC busy"}"#, r#"{"ok":true}"#);
+    let (status, cancel, task) = (&rig.status, &rig.cancel, rig.task);
     let thermal = || status.snapshot().thermal.get("0000:03:00.0").cloned();
-    let events = || std::fs::read_to_string(&log).unwrap_or_default();
+    let events = || std::fs::read_to_string(&rig.log).unwrap_or_default();
     let failed = || thermal().is_some_and(|t| t.mode == "actuator-failed");
     assert!(eventually(failed, |_| {}).await, "{:?}", thermal());
     let said = status.snapshot().events.iter().map(|e| e.message.clone()).collect::<Vec<_>>();
