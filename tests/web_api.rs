@@ -158,7 +158,13 @@ async fn status_routes_show_the_model() {
     let events = server.get("/api/v1/events").await.json();
     assert_eq!(events.as_array().unwrap().last().unwrap()["message"], "engine-0 restarted");
     assert!(server.get("/api/v1/devices").await.json().is_null(), "no detection yet");
-    assert_eq!(server.get("/api/v1/version").await.json()["version"], env!("CARGO_PKG_VERSION"));
+    let version = server.get("/api/v1/version").await.json();
+    assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
+    // The commit `lucebox version` names; a build from a git checkout (this one) has one.
+    assert_eq!(version["commit"], serde_json::json!(lucebox::version::GIT_COMMIT), "{version}");
+    if std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.git").exists() {
+        assert!(version["commit"].is_string(), "a build from a git checkout names its commit: {version}");
+    }
     let page = server.get("/").await;
     assert!(page.body.contains("<title>Lucebox</title>"));
     assert!(page.header("content-security-policy").unwrap().contains("default-src 'self'"));

@@ -126,8 +126,19 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": { "binary": CHROMIUM, "args": args }
         }}});
-        let (code, reply) = call(driver, "POST", "/session", Some(&capabilities)).await;
-        assert_eq!(code, 200, "new session: {reply}");
+        // On a fresh machine the first Chromium start (two tests start one at once) has been seen
+        // to drop the session request with no reply at all; a WebDriver error (a reply) is not
+        // tried again.
+        let mut tries = 1;
+        let (code, reply) = loop {
+            let (code, reply) = call(driver, "POST", "/session", Some(&capabilities)).await;
+            if code != 0 || tries == 3 {
+                break (code, reply);
+            }
+            tries += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert_eq!(code, 200, "new session (try {tries}): {reply}");
         let session = reply["value"]["sessionId"].as_str().expect("session id").to_string();
         Self { driver, session }
     }

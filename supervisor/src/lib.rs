@@ -6,6 +6,7 @@
 //! Every part publishes what it knows to the one [`status::StatusModel`] that `web` reads.
 
 pub mod appliance;
+pub mod blocking;
 pub mod config;
 pub mod control;
 pub mod exec;

@@ -1,6 +1,7 @@
 //! Build provenance: what this binary was built from (compiled in by `build.rs`) and, inside the
 //! image, what the image was built from (the JSON file the image build writes beside the labels).
-//! `lucebox version --json` and `/api/v1/version` both serve [`Provenance`].
+//! `lucebox version --json` serves [`Provenance`]; `/api/v1/version` its short form (version,
+//! [`GIT_COMMIT`], active profile set).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -11,6 +12,10 @@ use serde::{Deserialize, Serialize};
 mod build_info {
     include!(concat!(env!("OUT_DIR"), "/build_info.rs"));
 }
+
+/// The commit this binary was built from: git's at build time, else `LUCEBOX_GIT_COMMIT` (an
+/// image build without `.git`); `None` when neither was there.
+pub const GIT_COMMIT: Option<&str> = build_info::GIT_COMMIT;
 
 /// Where the image build writes its provenance (the same values as its OCI labels).
 pub const DEFAULT_IMAGE_PROVENANCE: &str = "/usr/share/lucebox/provenance.json";

@@ -19,7 +19,6 @@ pub mod updater;
 
 pub use activate::{ActivationError, ActivationFuture, Activator, CommandActivator};
 pub use lock::{LockError, UpdateLock};
-pub use store::{active_profiles_dir, active_variants_file};
 pub use updater::{
     recover, referenced_models, rollback, ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Step, Updater,
 };

@@ -13,6 +13,7 @@ use url::Url;
 
 use super::http::HttpClient;
 use super::manifest::ModelFile;
+use crate::blocking::off_the_runtime;
 
 /// Connection attempts per file before giving up (each resumes where the last stopped).
 const MAX_ATTEMPTS: u32 = 8;
@@ -92,19 +93,25 @@ impl ModelStore {
         }
         fs::create_dir_all(&self.dir).map_err(|source| ModelError::Io { path: self.dir.clone(), source })?;
         let partial = self.partial(&model.sha256);
-        let have = fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        let mut have = fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
         if have > model.size {
+            // Longer than the file can be: not a part of it. Start over, with room for all of it.
             remove(&partial)?;
+            have = 0;
         }
-        self.check_space(model, have.min(model.size))?;
+        self.check_space(model, have)?;
         let url = Url::parse(&model.url)
             .map_err(|e| ModelError::Url { name: model.name.clone(), message: e.to_string() })?;
+        let io = |source| ModelError::Io { path: partial.clone(), source };
         if url.scheme() == "file" {
-            copy_local(&url, &partial, model)?;
+            let (partial, model) = (partial.clone(), model.clone());
+            off_the_runtime(move || copy_local(&url, &partial, &model)).await.map_err(io)??;
         } else {
             self.fetch_with_resume(http, &url, &partial, model, progress).await?;
         }
-        verify(&partial, model)?;
+        // Hashing a file of several GB takes seconds to minutes.
+        let (checked, expected) = (partial.clone(), model.clone());
+        off_the_runtime(move || verify(&checked, &expected)).await.map_err(io)??;
         fs::rename(&partial, &final_path)
             .map_err(|source| ModelError::Io { path: final_path.clone(), source })?;
         fs::File::open(&self.dir)

@@ -137,18 +137,6 @@ impl SetStore {
     }
 }
 
-/// Where the planner finds the active set's profiles, if a set is active.
-pub fn active_profiles_dir(state_dir: &Path) -> Option<PathBuf> {
-    let dir = state_dir.join("sets").join(CURRENT).join("profiles");
-    dir.is_dir().then_some(dir)
-}
-
-/// The active set's engine-variant pins, if it has any.
-pub fn active_variants_file(state_dir: &Path) -> Option<PathBuf> {
-    let file = state_dir.join("sets").join(CURRENT).join("variants.toml");
-    file.is_file().then_some(file)
-}
-
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     fs::File::open(dir)
         .and_then(|f| f.sync_all())
@@ -174,12 +162,12 @@ mod tests {
         store.install(&set("b"), B).unwrap();
         assert_eq!(store.linked(CURRENT).unwrap(), None);
         store.point(CURRENT, A).unwrap();
-        assert_eq!(fs::read(active_profiles_dir(dir.path()).unwrap().join("p.toml")).unwrap(), b"a");
+        assert_eq!(fs::read(dir.path().join("sets").join(CURRENT).join("profiles/p.toml")).unwrap(), b"a");
         store.point(PREVIOUS, A).unwrap();
         store.point(CURRENT, B).unwrap();
         assert_eq!(store.linked(CURRENT).unwrap().as_deref(), Some(B));
         assert_eq!(store.linked(PREVIOUS).unwrap().as_deref(), Some(A));
-        assert_eq!(fs::read(active_profiles_dir(dir.path()).unwrap().join("p.toml")).unwrap(), b"b");
+        assert_eq!(fs::read(dir.path().join("sets").join(CURRENT).join("profiles/p.toml")).unwrap(), b"b");
         assert!(matches!(store.point(CURRENT, &"c".repeat(64)), Err(StoreError::Missing { .. })));
         assert_eq!(store.installed().unwrap(), vec![A.to_string(), B.to_string()]);
         assert_eq!(store.prune(&[B]).unwrap(), vec![A.to_string()]);

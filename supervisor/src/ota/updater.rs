@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::blocking::off_the_runtime;
 use crate::status::{Level, OtaState, StatusModel};
 use crate::thermal::priors::{CardPriors, PRIORS_FILE};
 
@@ -194,7 +195,13 @@ impl Updater {
         repo::download_set(&repo, &staged).await?;
         pause(options.pause_after, Step::Download).await;
 
-        let verified = verify_staged(&staged, &offer);
+        let verified = {
+            let (archive, offer) = (staged.clone(), offer.clone());
+            off_the_runtime(move || verify_staged(&archive, &offer))
+                .await
+                .map_err(|source| OtaError::Io { path: staged.clone(), source })
+                .and_then(|verified| verified)
+        };
         let (bytes, manifest) = match verified {
             Ok(v) => v,
             Err(e) => {
@@ -205,7 +212,13 @@ impl Updater {
         pause(options.pause_after, Step::Verify).await;
 
         let store = SetStore::new(&self.paths.state_dir);
-        store.install(&bytes, &offer.sha256)?;
+        {
+            let (store, sha256) = (store.clone(), offer.sha256.clone());
+            let set_dir = store.set_dir(&sha256);
+            off_the_runtime(move || store.install(&bytes, &sha256))
+                .await
+                .map_err(|source| OtaError::Io { path: set_dir, source })??;
+        }
         self.pull_models(&manifest).await?;
         let candidate = SetRef { sha256: offer.sha256.clone(), version: offer.version };
         record.candidate = Some(candidate.clone());

@@ -570,7 +570,11 @@ async fn watch_container(
 ) {
     // Whole seconds, a second back: the nanosecond filter below drops what is older.
     let mut since = after_nanos / 1_000_000_000 - 1;
+    // A stream that breaks as soon as it connects while dockerd answers pings would otherwise be
+    // subscribed to again at once, in a hot loop.
+    let mut pause = RECONNECT_FIRST;
     loop {
+        let subscribed = std::time::Instant::now();
         let filters = HashMap::from([
             ("type".to_string(), vec!["container".to_string()]),
             ("container".to_string(), vec![id.clone()]),
@@ -622,8 +626,20 @@ async fn watch_container(
             return;
         }
         since = unix_nanos() / 1_000_000_000 - 1;
+        if subscribed.elapsed() >= STREAM_HELD {
+            pause = RECONNECT_FIRST;
+            continue;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(RECONNECT_MAX);
     }
 }
+
+/// An event stream that lasted this long was a working one: the next break is met at once.
+const STREAM_HELD: Duration = Duration::from_secs(1);
 
 fn exit_of(event: &EventMessage) -> Option<Exit> {
     let attributes = event.actor.as_ref().and_then(|a| a.attributes.as_ref());

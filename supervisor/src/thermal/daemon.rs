@@ -18,6 +18,7 @@ use super::model::ModelParams;
 use super::priors::CardPriors;
 use super::safety::{SafetyLayer, Verdict};
 use super::sensors::{self, SensorSource};
+use crate::blocking::off_the_runtime;
 use crate::hardware::{Device, SysRoot};
 use crate::status::{Level, StatusModel, ThermalStatus};
 use crate::watchdog::{Heartbeat, Heartbeats};
@@ -431,7 +432,7 @@ pub async fn control_loop_with(
         })
         .await
     };
-    let Some(mut loops) = opened.filter(|loops| !loops.is_empty()) else {
+    let Some(mut loops) = opened.ok().filter(|loops| !loops.is_empty()) else {
         status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
         return;
     };
@@ -447,6 +448,8 @@ pub async fn control_loop_with(
         let t_s = started.elapsed().as_secs_f64();
         let signal = load.borrow().clone();
         let save = last_save.elapsed() >= config.save_every;
+        // The round reads sysfs or NVML, writes the fan and may run a board hook: off the async
+        // workers, so a read a wedged driver never answers holds a thread of its own.
         let (round_config, round_status) = (config.clone(), status.clone());
         let round = off_the_runtime(move || {
             let published: Vec<ThermalStatus> =
@@ -458,7 +461,7 @@ pub async fn control_loop_with(
         });
         // Only when the runtime itself shuts down; the loops were dropped with the round, which
         // hands every fan back to firmware auto.
-        let Some((back, published)) = round.await else { return };
+        let Ok((back, published)) = round.await else { return };
         loops = back;
         if save {
             last_save = Instant::now();
@@ -471,8 +474,9 @@ pub async fn control_loop_with(
         heartbeat.iter().for_each(Heartbeat::beat);
     }
     let ids: Vec<String> = loops.iter().map(|l| l.id.clone()).collect();
-    // Dropping the loops hands every fan back to firmware auto.
-    off_the_runtime(move || {
+    // Dropping the loops hands every fan back to firmware auto (here, or with the work if the
+    // runtime is shutting down).
+    let _ = off_the_runtime(move || {
         loops.iter().for_each(DeviceLoop::save_learned);
         drop(loops);
     })
@@ -485,20 +489,6 @@ pub async fn control_loop_with(
             }
         }
     });
-}
-
-/// Runs a round of the fan loop (sysfs and NVML reads and writes, board hooks, the learned files)
-/// on the blocking pool. A read that a wedged GPU driver never answers then holds a thread of its
-/// own, not an async worker whose timers the web, the engines and the watchdog's pings depend on.
-/// A panic in the round goes on in the caller; `None` only where the runtime is shutting down.
-async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => Some(value),
-        Err(e) => match e.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_) => None,
-        },
-    }
 }
 
 /// The fan duty the controller is told: what the device reports, else the duty last sent. A fan

@@ -129,7 +129,7 @@ impl App {
         Version {
             name: "lucebox",
             version: env!("CARGO_PKG_VERSION"),
-            commit: option_env!("LUCEBOX_GIT_COMMIT"),
+            commit: crate::version::GIT_COMMIT,
             profile_set: self.status().read(|s| s.ota.active_set.clone()),
         }
     }

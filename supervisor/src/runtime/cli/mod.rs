@@ -29,8 +29,8 @@ pub struct RuntimeArgs {
 
 #[derive(Subcommand)]
 enum RuntimeCommand {
-    /// Run the engines of a plan file under supervision until SIGTERM/SIGINT (temporary path
-    /// until `lucebox run` plans by itself).
+    /// Run the engines of a plan file under supervision until SIGTERM/SIGINT: the runtime alone,
+    /// without planning, fans or the web (`lucebox run` is the whole supervisor).
     Run(RunArgs),
     /// Time from engine kill to death seen and to healthy again, against a bare start.
     Bench(bench::BenchArgs),
