@@ -1,7 +1,7 @@
 //! Proof that a chosen engine build really starts on its device: a smoke start with a watchdog
 //! (the engine must answer `/health` 200 in time), falling down the plan's ladder on failure.
 //! Results are cached per (device, driver, image build, variant, the build's file size and time) so
-//! boots stay fast and a replaced build is proven again.
+//! boots stay fast and a replaced build is proven again; a failure is tried again after a day.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -26,10 +26,43 @@ pub struct SmokeSettings {
     pub watchdog: Duration,
 }
 
+/// A failed smoke start is tried again after this long. It may have been the moment's fault (GPU
+/// memory still held by engines an update was replacing, a driver mid-upgrade) rather than the
+/// build's; retrying costs one watchdog's wait at most, once a day.
+const FAILURE_KEPT_S: u64 = 24 * 3600;
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 struct Cache {
     /// key → `None` when proven, `Some(reason)` when it failed.
     results: BTreeMap<String, Option<String>>,
+    /// key → when it failed (Unix seconds). A failure without one (an older cache) is tried again.
+    #[serde(default)]
+    failed_at: BTreeMap<String, u64>,
+}
+
+impl Cache {
+    /// What is known of `key` at `now_s`: a proof kept for good, or a failure still recent.
+    fn result(&self, key: &str, now_s: u64) -> Option<Option<String>> {
+        match self.results.get(key)? {
+            None => Some(None),
+            Some(reason) => {
+                let failed_at = *self.failed_at.get(key)?;
+                (now_s.saturating_sub(failed_at) < FAILURE_KEPT_S).then(|| Some(reason.clone()))
+            }
+        }
+    }
+
+    fn record(&mut self, key: String, result: Option<String>, now_s: u64) {
+        match result {
+            Some(_) => self.failed_at.insert(key.clone(), now_s),
+            None => self.failed_at.remove(&key),
+        };
+        self.results.insert(key, result);
+    }
+}
+
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Proves each group's choice, stepping down to the next fallback with another variant when the
@@ -62,11 +95,11 @@ pub fn prove(plan: &mut Plan, detection: &Detection, settings: &SmokeSettings) {
                 choice.variant,
                 build_identity(Path::new(&choice.launch.program))
             );
-            let (result, cached) = match cache.results.get(&key) {
-                Some(result) => (result.clone(), true),
+            let (result, cached) = match cache.result(&key, unix_now_s()) {
+                Some(result) => (result, true),
                 None => {
                     let result = smoke_start(&choice, settings).err();
-                    cache.results.insert(key, result.clone());
+                    cache.record(key, result.clone(), unix_now_s());
                     dirty = true;
                     (result, false)
                 }
@@ -172,4 +205,31 @@ fn health_ok(addr: SocketAddr) -> bool {
     }
     let mut head = [0u8; 16];
     matches!(stream.read(&mut head), Ok(n) if n >= 12 && &head[9..12] == b"200")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_is_kept_and_a_failure_for_a_day() {
+        let mut cache = Cache::default();
+        cache.record("gpu|cuda".into(), Some("out of memory".into()), 1_000);
+        cache.record("gpu|vulkan".into(), None, 1_000);
+        let later = 1_000 + FAILURE_KEPT_S;
+        assert_eq!(cache.result("gpu|cuda", later - 1), Some(Some("out of memory".into())));
+        assert_eq!(cache.result("gpu|cuda", later), None, "a day-old failure is tried again");
+        assert_eq!(cache.result("gpu|vulkan", later * 10), Some(None), "a proof is kept");
+        cache.record("gpu|cuda".into(), None, later);
+        assert_eq!(cache.result("gpu|cuda", later * 10), Some(None), "proven at the retry");
+        assert!(cache.failed_at.is_empty());
+    }
+
+    #[test]
+    fn a_failure_in_a_cache_without_its_time_is_tried_again() {
+        let older: Cache =
+            serde_json::from_str(r#"{"results": {"gpu|cuda": "exited", "gpu|cpu": null}}"#).unwrap();
+        assert_eq!(older.result("gpu|cuda", 0), None);
+        assert_eq!(older.result("gpu|cpu", 0), Some(None));
+    }
 }
