@@ -110,7 +110,10 @@ pub async fn run(
     notify_systemd_ready(&plan, &status);
     if let Some(period) = sd_notify::watchdog_enabled().filter(|p| !p.is_zero()) {
         let (status, cancel) = (status.clone(), engines_cancel.clone());
-        let ping = || drop(sd_notify::notify(&[sd_notify::NotifyState::Watchdog]));
+        // A ping that cannot be sent is systemd's to notice: it restarts a silent service.
+        let ping = || {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        };
         parts.spawn(async move {
             crate::watchdog::ping_while_alive(heartbeats, period / 2, ping, status, cancel).await;
             Ok(())
