@@ -183,7 +183,7 @@ fn soak_across_supervisor_restarts_leaves_one_engine() {
 /// supervised engine, every figure measured, nothing left running.
 #[test]
 fn bench_pairs_each_kill_with_a_bare_start() {
-    let port = free_port();
+    let port = free_port_pair();
     let out = lucebox_runtime(&[
         "bench",
         "--runtime",
@@ -207,4 +207,21 @@ fn bench_pairs_each_kill_with_a_bare_start() {
     let paired = report["paired_ratio_median"].as_f64().unwrap_or(f64::NAN);
     assert!(paired.is_finite() && paired > 0.0, "{report}");
     assert!(engine_pids(port).is_empty() && engine_pids(port + 1).is_empty(), "engines left");
+}
+
+/// Where the bare start's port (the engine's port + 1) is taken, the bench says so at once
+/// instead of timing whatever answers there or waiting out its 60 s.
+#[test]
+fn bench_names_a_taken_bare_start_port() {
+    let port = free_port_pair();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", port + 1)).unwrap();
+    let started = std::time::Instant::now();
+    let out =
+        lucebox_runtime(&["bench", "--runtime", "process", "--kills", "1", "--port", &port.to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let named = format!("the bare start's port {} (the engine's port + 1) is in use", port + 1);
+    assert!(stderr.contains(&named), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(50), "took {:?}", started.elapsed());
+    assert!(engine_pids(port).is_empty(), "engine left");
 }

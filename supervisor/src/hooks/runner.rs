@@ -86,10 +86,6 @@ impl HookRunner {
         self
     }
 
-    pub fn board_dir(&self) -> &Path {
-        &self.board_dir
-    }
-
     /// The executable that handles `event`.
     pub fn hook_path(&self, event: &HookEvent) -> PathBuf {
         self.board_dir.join(event.name())

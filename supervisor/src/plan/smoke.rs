@@ -62,7 +62,7 @@ impl Cache {
 }
 
 fn unix_now_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    crate::status::unix_ms() / 1000
 }
 
 /// Proves each group's choice, stepping down to the next fallback with another variant when the

@@ -216,6 +216,12 @@ async fn time_bare_start<T>(
         impl AsyncFn(T) -> Result<(), RuntimeError>,
     >,
 ) -> anyhow::Result<f64> {
+    // Something else answering there would be timed instead, or never turn healthy.
+    anyhow::ensure!(
+        std::net::TcpListener::bind(addr).is_ok(),
+        "the bare start's port {} (the engine's port + 1) is in use",
+        addr.port()
+    );
     let poll = SupervisionPolicy::default().health;
     let started = Instant::now();
     let engine = (bare.start)(choice).await?;
