@@ -115,3 +115,100 @@ fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
     // The load publisher named the served model, and the forecast was learned with it.
     assert_eq!(report["forecast_models"], serde_json::json!(["tiny-llama.gguf"]), "{report}");
 }
+
+/// On a board with firmware hooks (the captured Framework Desktop, its Strix Halo iGPU served by
+/// the CPU llama-server standing in for the Vulkan build), `lucebox run` tells the board's hooks
+/// what it does: `boot` and the configured power limits before anything else, `engine-crashed`
+/// naming the engine when it is killed, and `shutdown` last, after the fan loop has handed the
+/// EC's fan back. The hooks here record each event they are sent and agree to it.
+#[test]
+fn run_tells_the_boards_hooks_of_its_start_an_engine_crash_and_its_stop() {
+    let mut rig = RunRig::new();
+    let root = rig.dir.path().join("root");
+    copy_tree(&host_fixture("strix-halo-128g"), &root);
+    let profiles = rig.dir.path().join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    let tiny = std::fs::read_to_string(repo_root().join("profiles/tiny-cpu-test.toml")).unwrap();
+    let vulkan = tiny.replace("backends = [\"cpu\"]", "backends = [\"vulkan\"]");
+    assert_ne!(tiny, vulkan, "the tiny profile names its backend as this test expects");
+    std::fs::write(profiles.join("tiny-vulkan-test.toml"), vulkan).unwrap();
+    std::fs::create_dir_all(rig.engines.join("vulkan/bin")).unwrap();
+    std::os::unix::fs::symlink(llama_server(), rig.engines.join("vulkan/bin/llama-server")).unwrap();
+
+    let events_log = rig.dir.path().join("hook-events.log");
+    let board = rig.dir.path().join("hooks/framework-desktop");
+    std::fs::create_dir_all(&board).unwrap();
+    for event in ["boot", "power-limit", "set-fan", "fan-auto", "engine-crashed", "shutdown"] {
+        let hook = board.join(event);
+        let script = format!(
+            "#!/bin/sh\nevent=$(cat)\nprintf '%s\\n' \"$event\" >> '{}'\necho '{{\"ok\":true}}'\n",
+            events_log.display()
+        );
+        std::fs::write(&hook, script).unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let config = rig.dir.path().join("lucebox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[hooks]\ndir = {:?}\npower_limit = {{ stapm_w = 85, fast_w = 120, slow_w = 100 }}\n",
+            board.parent().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut command = rig.command();
+    command.env("LUCEBOX_CONFIG", &config).env("LUCEBOX_ROOT", &root).env("LUCEBOX_PROFILES_DIR", &profiles);
+    rig.spawn(command);
+    let events = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&events_log)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
+            .collect()
+    };
+
+    fn named(name: &'static str) -> impl Fn(&serde_json::Value) -> bool {
+        move |e| e["event"] == name
+    }
+    let engine = "engine-0000-c3-00-0";
+    let engine_pid = || -> Option<i32> {
+        let (_, body) = http(rig.web_port, "GET", "/api/v1/engines", "")?;
+        let engines: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (engines[engine]["state"]["state"] == "ready").then_some(())?;
+        engines[engine]["instance"].as_str()?.parse().ok()
+    };
+    wait_for("the engine to be ready", Duration::from_secs(60), || engine_pid().is_some());
+    let started = events();
+    assert_eq!(started.first(), Some(&serde_json::json!({"event": "boot"})), "{started:?}");
+    let limits =
+        serde_json::json!({"event": "power-limit", "stapm_mw": 85000, "fast_mw": 120000, "slow_mw": 100000});
+    assert_eq!(started.get(1), Some(&limits), "{started:?}");
+    assert!(!started.iter().any(named("engine-crashed")), "{started:?}");
+
+    let pid = engine_pid().expect("ready");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_for("engine-crashed sent to the board", Duration::from_secs(20), || {
+        events().iter().any(named("engine-crashed"))
+    });
+    let crashed = events().into_iter().find(|e| named("engine-crashed")(e)).unwrap();
+    assert_eq!(crashed["engine"], engine, "{crashed}");
+    assert!(crashed["exit"].as_str().is_some_and(|exit| !exit.is_empty()), "{crashed}");
+    wait_for("the engine back after its crash", Duration::from_secs(60), || {
+        engine_pid().is_some_and(|p| p != pid)
+    });
+
+    let exit = rig.terminate(Duration::from_secs(30));
+    assert!(exit.success(), "{exit}");
+    let all = events();
+    assert_eq!(all.iter().filter(|e| e["event"] == "boot").count(), 1, "{all:?}");
+    assert_eq!(all.last(), Some(&serde_json::json!({"event": "shutdown"})), "{all:?}");
+    assert_eq!(
+        all.iter().filter(|e| e["event"] == "engine-crashed").count(),
+        1,
+        "one crash, one event: {all:?}"
+    );
+    // The fan loop drove the EC's fan through the same hooks, and handed it back before `shutdown`.
+    let last_set_fan = all.iter().rposition(named("set-fan")).expect("the fan loop sent set-fan");
+    let last_fan_auto = all.iter().rposition(named("fan-auto")).expect("the fan loop sent fan-auto");
+    assert!(last_set_fan < last_fan_auto && last_fan_auto < all.len() - 1, "{all:?}");
+}

@@ -418,6 +418,45 @@ fn reset_hands_curve_and_pwm_fans_back_to_auto() {
     assert_eq!(read(&enable), "2");
 }
 
+/// `lucebox thermal reset` (the unit's `ExecStopPost`) finds the board's hooks in the configured
+/// folder, and still resets the fans when the configuration no longer loads, saying why.
+#[test]
+fn reset_hands_an_ec_fan_back_through_the_configured_hooks_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let dmi = root.join("sys/class/dmi/id");
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("board_vendor"), "Framework\n").unwrap();
+    std::fs::write(dmi.join("product_name"), "Desktop (AMD Ryzen AI Max 300 Series)\n").unwrap();
+    let hooks = dir.path().join("hooks");
+    let fan_auto = hooks.join("framework-desktop/fan-auto");
+    let sent = dir.path().join("sent.log");
+    std::fs::create_dir_all(fan_auto.parent().unwrap()).unwrap();
+    let script = format!("#!/bin/sh\ncat >> '{}'\necho '{{\"ok\":true}}'\n", sent.display());
+    std::fs::write(&fan_auto, script).unwrap();
+    std::fs::set_permissions(&fan_auto, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("lucebox.toml");
+    std::fs::write(&config, format!("[hooks]\ndir = {hooks:?}\n")).unwrap();
+    let reset = |config: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_lucebox"))
+            .arg("--config")
+            .arg(config)
+            .args(["thermal", "reset", "--root", root.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+
+    let stdout = ok(reset(&config));
+    assert!(stdout.contains("hook") && stdout.contains("framework-desktop"), "{stdout}");
+    assert_eq!(read(&sent), r#"{"event":"fan-auto"}"#);
+
+    std::fs::write(&config, format!("[hooks]\ndri = {hooks:?}\n")).unwrap();
+    let out = reset(&config);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("dri") && stderr.contains(lucebox::hooks::DEFAULT_HOOKS_DIR), "{stderr}");
+}
+
 fn wait_for(path: &Path, want: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {

@@ -22,7 +22,10 @@ const UNITS_DIR: &str = "systemd/";
 /// config exists, so an owner's edits survive reinstalls.
 const DEFAULT_CONFIG: &str =
     "# Written by `lucebox install-appliance`; edit freely, reinstalling keeps it.\n\
-appliance = true\n\n[web]\nbind = \"0.0.0.0\"\nmdns = true\n";
+appliance = true\n\n[web]\nbind = \"0.0.0.0\"\nmdns = true\n\n\
+# APU power limits in watts, sent to the board's `power-limit` hook at start (Strix Halo boxes):\n\
+# [hooks]\n\
+# power_limit = { stapm_w = 85, fast_w = 120, slow_w = 100 }\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -102,4 +105,25 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 
 fn below(prefix: &Path, absolute: &Path) -> PathBuf {
     prefix.join(absolute.strip_prefix("/").unwrap_or(absolute))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_config_loads_and_so_does_its_example() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lucebox.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            crate::config::Config::load(Some(&path), figment::Figment::new())
+        };
+        let config = load(DEFAULT_CONFIG).unwrap();
+        assert!(config.appliance && config.web.mdns);
+        assert_eq!(config.hooks.power_limit, None);
+        let example = DEFAULT_CONFIG.replace("# [hooks]", "[hooks]").replace("# power_limit", "power_limit");
+        let limit = load(&example).unwrap().hooks.power_limit.expect("the example sets a limit");
+        assert_eq!((limit.stapm_w, limit.fast_w, limit.slow_w), (85, 120, 100));
+    }
 }

@@ -70,6 +70,38 @@ pub struct Config {
     /// Running as the Lucebox appliance (systemd, LAN-facing status page, mDNS).
     pub appliance: bool,
     pub ota: OtaConfig,
+    pub hooks: HooksConfig,
+}
+
+/// The board's firmware hooks (`firmware-hooks/`): where they are, and what `lucebox run` tells them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HooksConfig {
+    /// One folder per board; `lucebox install-appliance` puts the shipped hooks here.
+    pub dir: PathBuf,
+    /// APU power limits sent to the board's `power-limit` hook when `lucebox run` starts; none:
+    /// the firmware's own limits stay.
+    pub power_limit: Option<PowerLimit>,
+}
+
+/// APU package power limits in watts (Strix Halo boxes: `ryzenadj`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerLimit {
+    /// Sustained (STAPM) limit.
+    pub stapm_w: u32,
+    /// Short boost limit.
+    pub fast_w: u32,
+    /// Long boost limit; at most `fast_w`.
+    pub slow_w: u32,
+}
+
+impl PowerLimit {
+    /// The `power-limit` hook event, validated (each limit within what a hook accepts).
+    pub fn event(&self) -> Result<crate::hooks::HookEvent, crate::hooks::EventError> {
+        let mw = |w: u32| w.saturating_mul(1000);
+        crate::hooks::HookEvent::power_limit(mw(self.stapm_w), mw(self.fast_w), mw(self.slow_w))
+    }
 }
 
 /// Where signed profile updates come from.
@@ -163,7 +195,14 @@ impl Default for Config {
             pin: BTreeMap::new(),
             appliance: false,
             ota: OtaConfig::default(),
+            hooks: HooksConfig::default(),
         }
+    }
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        Self { dir: PathBuf::from(crate::hooks::DEFAULT_HOOKS_DIR), power_limit: None }
     }
 }
 
@@ -245,6 +284,11 @@ impl Config {
             crate::ota::http::load_ca_file(path)
                 .map_err(|e| ConfigError::Value { key: "ota.ca_file", message: e.to_string() })?;
         }
+        if let Some(limit) = &self.hooks.power_limit {
+            limit
+                .event()
+                .map_err(|e| ConfigError::Value { key: "hooks.power_limit", message: e.to_string() })?;
+        }
         Ok(())
     }
 
@@ -295,6 +339,7 @@ const CONFIG_KEYS: &[&str] = &[
     "pin",
     "appliance",
     "ota",
+    "hooks",
 ];
 
 fn is_config_key(env_key: &str) -> bool {
@@ -408,6 +453,29 @@ mod tests {
             jail.set_env("LUCEBOX_OTA__CA_FILE", "missing.pem");
             let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
             assert!(err.contains("ota.ca_file") && err.contains("missing.pem"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_power_limit_a_hook_would_refuse_is_named() {
+        figment::Jail::expect_with(|jail| {
+            let limit = "[hooks.power_limit]\nstapm_w = 85\nfast_w = 120\n";
+            jail.create_file("lucebox.toml", &format!("{limit}slow_w = 100\n"))?;
+            let config =
+                Config::load(Some(Path::new("lucebox.toml")), Figment::new()).map_err(|e| e.to_string())?;
+            let event = config.hooks.power_limit.map(|l| l.event());
+            let expected = crate::hooks::HookEvent::power_limit(85_000, 120_000, 100_000);
+            assert_eq!(event, Some(expected));
+            jail.create_file("lucebox.toml", &format!("{limit}slow_w = 130\n"))?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("hooks.power_limit") && err.contains("slow_mw 130000"), "{err}");
+            jail.create_file("lucebox.toml", &format!("{limit}slow_w = 0\n"))?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("hooks.power_limit") && err.contains("slow_mw = 0"), "{err}");
+            jail.create_file("lucebox.toml", "[hooks.power_limit]\nstapm_w = 85\n")?;
+            let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
+            assert!(err.contains("fast_w"), "{err}");
             Ok(())
         });
     }

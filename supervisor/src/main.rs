@@ -174,7 +174,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Ota(command)) => lucebox::ota::cli::ota(cli.config.as_deref(), command),
         Some(Command::Models(command)) => lucebox::ota::cli::models(cli.config.as_deref(), command),
-        Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd),
+        Some(Command::Thermal { cmd }) => lucebox::thermal::cli::run(cmd, cli.config.as_deref()),
         Some(Command::Version(args)) => version(args),
         Some(Command::InstallAppliance(args)) => install_appliance(args),
         None => anyhow::bail!("no command given; try `lucebox --help`"),

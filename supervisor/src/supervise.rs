@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::control::{Control, EngineSet, Planner};
 use crate::hardware::{self, DetectOptions, Detection, SysRoot};
+use crate::hooks::{FirmwareHooks, HookEvent};
 use crate::plan::inputs::InputError;
 use crate::plan::Plan;
 use crate::status::{Level, StatusModel};
@@ -36,7 +37,7 @@ pub struct RunOptions {
 }
 
 /// Runs until `cancel` fires or a part fails, then stops engines and hands fans back; a failed
-/// part is the error returned.
+/// part is the error returned. The board's hooks hear `boot` first and `shutdown` last.
 pub async fn run(
     config: Config,
     options: RunOptions,
@@ -44,7 +45,40 @@ pub async fn run(
 ) -> Result<(), SuperviseError> {
     let status = StatusModel::new();
     let root = config.root.clone().map(SysRoot::new).unwrap_or_else(SysRoot::live);
+    let board = FirmwareHooks::for_this_board(&config.hooks.dir, &root, status.clone());
+    match &board {
+        Some(board) => board.started(power_limit(&config, &status)).await,
+        None if config.hooks.power_limit.is_some() => status.event(
+            "hooks",
+            Level::Warn,
+            format!(
+                "hooks.power_limit is set, but this board has no hooks in {}; the firmware's limits stay",
+                config.hooks.dir.display()
+            ),
+        ),
+        None => {}
+    }
+    let result = supervise(config, options, root, status, board.clone(), cancel).await;
+    if let Some(board) = &board {
+        board.stopping().await;
+    }
+    result
+}
 
+/// The configured `power-limit` event (validated when the configuration loaded).
+fn power_limit(config: &Config, status: &StatusModel) -> Option<HookEvent> {
+    let event = config.hooks.power_limit.as_ref()?.event();
+    event.map_err(|e| status.event("hooks", Level::Error, format!("hooks.power_limit: {e}"))).ok()
+}
+
+async fn supervise(
+    config: Config,
+    options: RunOptions,
+    root: SysRoot,
+    status: StatusModel,
+    board: Option<FirmwareHooks>,
+    cancel: CancellationToken,
+) -> Result<(), SuperviseError> {
     // An update interrupted by a crash or power cut is undone before anything is planned, so the
     // box boots the last committed profile set.
     let paths = crate::ota::OtaPaths { state_dir: config.state_dir.clone(), models_dir: config.models_dir() };
@@ -72,6 +106,13 @@ pub async fn run(
     // takes has engines to act on.
     let spawn = crate::runtime::supervisor_spawner(&config, status.clone()).await?;
     let engines = Arc::new(EngineSet::new(spawn, status.clone(), engines_cancel.clone()));
+    if let Some(board) = board {
+        let (status, cancel) = (status.clone(), engines_cancel.clone());
+        parts.spawn(async move {
+            crate::hooks::report_engine_crashes(board, status, cancel).await;
+            Ok(())
+        });
+    }
     let fans = crate::thermal::FanOverrides::default();
     let heartbeats = crate::watchdog::Heartbeats::default();
     {
@@ -94,9 +135,10 @@ pub async fn run(
             (root.clone(), config.state_dir.clone(), status.clone(), engines_cancel.clone());
         let (nvml_lib, overrides, heartbeats) = (options.nvml_lib.clone(), fans.clone(), heartbeats.clone());
         let priors = config.active_set_dir().join(crate::thermal::priors::PRIORS_FILE);
+        let hooks_dir = config.hooks.dir.clone();
         parts.spawn(async move {
             let control = crate::thermal::ControlConfig {
-                hook: crate::hooks::installed_board_dir(&root),
+                hook: crate::hooks::installed_board_dir(&hooks_dir, &root),
                 nvml_lib: nvml_lib.clone(),
                 overrides,
                 priors: Some(priors),

@@ -10,10 +10,12 @@
 
 mod board;
 mod event;
+mod lifecycle;
 mod runner;
 
 pub use board::{Board, Dmi};
 pub use event::{EventError, HookEvent, HookReply};
+pub use lifecycle::report_engine_crashes;
 pub use runner::{HookError, HookOutcome, HookRunner, DEFAULT_TIMEOUT};
 
 use std::path::Path;
@@ -24,10 +26,10 @@ use crate::status::{Level, StatusModel};
 /// Where `lucebox install-appliance` puts the hooks and where the appliance looks for them.
 pub const DEFAULT_HOOKS_DIR: &str = "/usr/local/lib/lucebox/firmware-hooks";
 
-/// The installed hook folder of the board DMI names below `root`, when there is one.
-pub fn installed_board_dir(root: &SysRoot) -> Option<std::path::PathBuf> {
+/// The hook folder in `hooks_dir` of the board DMI names below `root`, when there is one.
+pub fn installed_board_dir(hooks_dir: &Path, root: &SysRoot) -> Option<std::path::PathBuf> {
     let board = Board::detect(root)?;
-    let dir = Path::new(DEFAULT_HOOKS_DIR).join(board.dir_name());
+    let dir = hooks_dir.join(board.dir_name());
     dir.is_dir().then_some(dir)
 }
 
@@ -61,11 +63,16 @@ impl FirmwareHooks {
     }
 
     /// The hooks in `hooks_dir` for the board DMI below `root` names, or `None` for a board
-    /// without hooks (its firmware keeps the fans).
+    /// without hooks or without its folder there (its firmware keeps the fans).
     pub fn for_this_board(hooks_dir: &Path, root: &SysRoot, status: StatusModel) -> Option<Self> {
         let board = Board::detect(root)?;
-        status.event(SOURCE, Level::Info, format!("board {}: firmware hooks enabled", board.display_name()));
-        Some(Self::new(board, HookRunner::new(hooks_dir, board, root.clone()), status))
+        let board_dir = installed_board_dir(hooks_dir, root)?;
+        status.event(
+            SOURCE,
+            Level::Info,
+            format!("board {}: firmware hooks in {}", board.display_name(), board_dir.display()),
+        );
+        Some(Self::new(board, HookRunner::for_board_dir(board_dir, root.clone()), status))
     }
 
     pub fn board(&self) -> Board {

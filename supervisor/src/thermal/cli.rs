@@ -169,11 +169,13 @@ pub struct BenchArgs {
     state_dir: Option<PathBuf>,
 }
 
-pub fn run(cmd: ThermalCommand) -> anyhow::Result<ExitCode> {
+/// `config_file` is the global `--config`; only `reset` reads the configuration (for the board
+/// hooks' folder).
+pub fn run(cmd: ThermalCommand, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     match cmd {
         ThermalCommand::Bench(args) => bench_command(args),
         ThermalCommand::Fit(args) => fit_command(args),
-        ThermalCommand::Reset(args) => reset_command(args),
+        ThermalCommand::Reset(args) => reset_command(args, config_file),
         ThermalCommand::Control(args) => control_command(args),
         ThermalCommand::Sensors(args) => sensors_command(args),
     }
@@ -268,9 +270,12 @@ fn sys_root(dir: Option<&PathBuf>) -> anyhow::Result<crate::hardware::SysRoot> {
     }
 }
 
-fn reset_command(args: ResetArgs) -> anyhow::Result<ExitCode> {
+fn reset_command(args: ResetArgs, config_file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let root = sys_root(args.root.as_ref())?;
-    let hook = args.hook.clone().or_else(|| crate::hooks::installed_board_dir(&root));
+    let hook = match &args.hook {
+        Some(hook) => Some(hook.clone()),
+        None => crate::hooks::installed_board_dir(&hooks_dir(config_file), &root),
+    };
     let report = super::reset::reset_all(&root, hook.as_deref(), args.nvml_lib.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("encoding reset report")?);
@@ -283,6 +288,19 @@ fn reset_command(args: ResetArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The configured hooks folder. The reset hands the fans back after any end of the supervisor,
+/// a configuration that no longer loads included: then it says so and uses the default folder.
+fn hooks_dir(config_file: Option<&std::path::Path>) -> PathBuf {
+    match crate::config::Config::load(config_file, figment::Figment::new()) {
+        Ok(config) => config.hooks.dir,
+        Err(e) => {
+            let default = PathBuf::from(crate::hooks::DEFAULT_HOOKS_DIR);
+            eprintln!("{e}; looking for board hooks in {}", default.display());
+            default
+        }
+    }
 }
 
 fn vendor_of(arg: VendorArg) -> crate::hardware::Vendor {
