@@ -610,3 +610,34 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     let lines = std::fs::read_to_string(&log).unwrap();
     assert_eq!(lines.lines().collect::<Vec<_>>(), ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
 }
+
+/// A GPU fallen off the bus must not keep `thermal reset` from handing back the next one's fans:
+/// the reset goes on, hands back GPU 1's fans, names GPU 0 and exits non-zero.
+#[test]
+fn reset_goes_on_past_a_lost_nvidia_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = common::build_fake_nvml(dir.path());
+    let config = dir.path().join("nvml.json");
+    let gpu = |bus: &str, lost: u32| {
+        format!(
+            r#"{{"name": "NVIDIA GeForce RTX 3090", "pci_bus_id": "00000000:{bus}:00.0", "uuid": "GPU-{bus}",
+ "memory_total_mib": 24576, "cc_major": 8, "cc_minor": 6, "num_fans": 2, "lost": {lost}}}"#
+        )
+    };
+    let devices =
+        format!(r#"{{"driver_version": "570.124.04", "devices": [{}, {}]}}"#, gpu("01", 1), gpu("02", 0));
+    std::fs::write(&config, devices).unwrap();
+    let log = dir.path().join("fan.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args(["thermal", "reset", "--nvml-lib", lib.to_str().unwrap()])
+        .env("FAKE_NVML_CONFIG", &config)
+        .env("FAKE_NVML_LOG", &log)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "a lost GPU is a failed reset: {stdout}");
+    assert!(stderr.contains("GPU 0") && stderr.contains("fell off the bus"), "{stderr}");
+    assert!(stdout.contains("nvml: 2 fans"), "{stdout}");
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(lines.lines().collect::<Vec<_>>(), ["set_default_fan_speed 1 0", "set_default_fan_speed 1 1"]);
+}

@@ -37,6 +37,12 @@ impl Rig {
         Self::from(start_fan_loop(name, arch, hwmon, config))
     }
 
+    /// A loop that writes its command, safe modes included, again every few periods.
+    fn start_refreshing(name: &str, arch: &str, hwmon: &str) -> Self {
+        let config = ControlConfig { period: PERIOD, refresh: PERIOD * 5, ..Default::default() };
+        Self::from(start_fan_loop(name, arch, hwmon, config))
+    }
+
     /// A loop on a fresh copy of the tree that keeps `state` (the box restarted).
     fn restart(name: &str, arch: &str, hwmon: &str, state: tempfile::TempDir) -> Self {
         let config = ControlConfig { period: PERIOD, ..Default::default() };
@@ -321,6 +327,34 @@ async fn hard_limit_forces_full_speed() {
     rig.stop().await;
 }
 
+/// Full speed at the limit is written again while the junction stays there: something else (a
+/// reset from the panic hook, a GPU reset) may have put the fan back on auto meanwhile.
+#[tokio::test]
+async fn full_speed_at_the_limit_is_written_again_after_something_else_changed_the_fan() {
+    let rig = Rig::start_refreshing("rx6800-hwmon", "gfx1030", "hwmon2");
+    rig.until_driven().await;
+    rig.write("temp2_input", "96000\n");
+    assert!(eventually(|| rig.file("pwm1_enable") == "0", |_| {}).await, "{}", rig.file("pwm1_enable"));
+    rig.write("pwm1_enable", "2\n");
+    assert!(eventually(|| rig.file("pwm1_enable") == "0", |_| {}).await, "{}", rig.file("pwm1_enable"));
+    assert_eq!(rig.mode().0, "full-speed");
+    let entered = rig.events().iter().filter(|e| e.contains("full speed")).count();
+    assert_eq!(entered, 1, "written again without a new event: {:?}", rig.events());
+    rig.stop().await;
+}
+
+/// amdgpu refuses `pwm1` while `pwm1_enable` is 2. A fan put back on auto from elsewhere is
+/// switched to manual again before the next duty, not failed for good.
+#[tokio::test]
+async fn a_pwm_fan_put_back_on_auto_from_elsewhere_is_taken_over_again() {
+    let rig = Rig::start_refreshing("rx6800-hwmon", "gfx1030", "hwmon2");
+    rig.until_driven().await;
+    rig.write("pwm1_enable", "2\n");
+    assert!(eventually(|| rig.file("pwm1_enable") == "1", |_| {}).await, "{}", rig.file("pwm1_enable"));
+    assert_eq!(rig.mode().0, "predictive");
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn rdna4_curve_rises_to_full_before_the_limit_and_is_reset_on_exit() {
     let rig = Rig::start("r9700-rdna4", "gfx1201", "hwmon3");
@@ -412,7 +446,7 @@ async fn a_fan_behind_an_embedded_controller_is_driven_through_the_board_hook() 
 /// embedded controller owns the fan), driving it through a board folder whose `set-fan` and
 /// `fan-auto` append their event to `log` and answer `set_fan` and `fan_auto`.
 struct EcFanRig {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     _state: tempfile::TempDir,
     log: PathBuf,
     status: StatusModel,
@@ -440,7 +474,17 @@ impl EcFanRig {
         let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
         let state = tempfile::tempdir().unwrap();
         let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
-        Self { _dir: dir, _state: state, log, status, cancel, task }
+        Self { dir, _state: state, log, status, cancel, task }
+    }
+
+    /// From now on the hook `name` answers `reply` (replaced whole, never rewritten in place).
+    fn answer(&self, name: &str, reply: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let (hooks, next) = (self.dir.path().join("board-hooks"), self.dir.path().join("next-hook"));
+        let script = format!("#!/bin/sh\ncat >> {0}; echo >> {0}\necho '{reply}'\n", self.log.display());
+        std::fs::write(&next, script).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&next, hooks.join(name)).unwrap();
     }
 }
 
@@ -464,6 +508,32 @@ async fn a_fan_command_the_board_hook_refuses_hands_the_fan_back_to_the_firmware
     assert_eq!(calls[1], "{\"event\":\"fan-auto\"}");
     cancel.cancel();
     task.await.unwrap();
+}
+
+/// A fan that neither auto nor full speed can reach after a failed command may be left at a low
+/// duty, so the loop keeps trying to hand it back, with a doubling wait, until one write holds.
+#[tokio::test]
+async fn a_fan_that_cannot_be_handed_back_is_tried_again_until_it_is() {
+    let refused = r#"{"ok":false,"detail":"EC busy"}"#;
+    let rig = EcFanRig::start(refused, refused);
+    let thermal = || rig.status.snapshot().thermal.get("0000:03:00.0").cloned();
+    let safety = || thermal().and_then(|t| t.safety).unwrap_or_default();
+    assert!(eventually(|| safety().contains("not handed back"), |_| {}).await, "{:?}", thermal());
+    assert_eq!(thermal().map(|t| t.mode).as_deref(), Some("actuator-failed"));
+    let said = rig.status.snapshot().events.iter().map(|e| e.message.clone()).collect::<Vec<_>>();
+    assert!(said.iter().any(|m| m.contains("handing the fan back failed too")), "{said:?}");
+    rig.answer("fan-auto", r#"{"ok":true}"#);
+    assert!(eventually(|| safety().contains("handed back (firmware auto)"), |_| {}).await, "{:?}", thermal());
+    let said = rig.status.snapshot().events.iter().map(|e| e.message.clone()).collect::<Vec<_>>();
+    assert!(said.iter().any(|m| m.contains("fan handed back (firmware auto) at try")), "{said:?}");
+    let calls = std::fs::read_to_string(&rig.log).unwrap();
+    let autos = calls.lines().filter(|l| l.contains("fan-auto")).count();
+    assert!(autos >= 2, "tried again: {calls}");
+    // Handed back, it is left alone: no more calls.
+    ticks(10).await;
+    assert_eq!(std::fs::read_to_string(&rig.log).unwrap(), calls);
+    rig.cancel.cancel();
+    rig.task.await.unwrap();
 }
 
 /// A wedged GPU driver can block a sysfs read for good. The fan loop's thread then hangs inside

@@ -108,22 +108,28 @@ fn below(prefix: &Path, absolute: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+// figment::Jail's closures must return figment::Error, which is large by design.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_default_config_loads_and_so_does_its_example() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lucebox.toml");
-        let load = |text: &str| {
-            std::fs::write(&path, text).unwrap();
-            crate::config::Config::load(Some(&path), figment::Figment::new())
-        };
-        let config = load(DEFAULT_CONFIG).unwrap();
-        assert!(config.appliance && config.web.mdns);
-        assert_eq!(config.hooks.power_limit, None);
-        let example = DEFAULT_CONFIG.replace("# [hooks]", "[hooks]").replace("# power_limit", "power_limit");
-        let limit = load(&example).unwrap().hooks.power_limit.expect("the example sets a limit");
-        assert_eq!((limit.stapm_w, limit.fast_w, limit.slow_w), (85, 120, 100));
+        // In a jail: other tests set `LUCEBOX_*` variables, which the configuration reads.
+        figment::Jail::expect_with(|jail| {
+            let load = |text: &str| {
+                std::fs::write(jail.directory().join("lucebox.toml"), text).map_err(|e| e.to_string())?;
+                crate::config::Config::load(Some(Path::new("lucebox.toml")), figment::Figment::new())
+                    .map_err(|e| figment::Error::from(e.to_string()))
+            };
+            let config = load(DEFAULT_CONFIG)?;
+            assert!(config.appliance && config.web.mdns);
+            assert_eq!(config.hooks.power_limit, None);
+            let example =
+                DEFAULT_CONFIG.replace("# [hooks]", "[hooks]").replace("# power_limit", "power_limit");
+            let limit = load(&example)?.hooks.power_limit.expect("the example sets a limit");
+            assert_eq!((limit.stapm_w, limit.fast_w, limit.slow_w), (85, 120, 100));
+            Ok(())
+        });
     }
 }

@@ -15,6 +15,7 @@ use crate::hooks::{FirmwareHooks, HookEvent};
 use crate::plan::inputs::InputError;
 use crate::plan::Plan;
 use crate::status::{Level, StatusModel};
+use crate::watchdog::WatchdogNote;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SuperviseError {
@@ -152,12 +153,17 @@ async fn supervise(
     notify_systemd_ready(&plan, &status);
     if let Some(period) = sd_notify::watchdog_enabled().filter(|p| !p.is_zero()) {
         let (status, cancel) = (status.clone(), engines_cancel.clone());
-        // A ping that cannot be sent is systemd's to notice: it restarts a silent service.
-        let ping = || {
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        // A note that cannot be sent is systemd's to notice: it restarts a silent service.
+        let notify = |note| {
+            let state = match note {
+                WatchdogNote::Alive => sd_notify::NotifyState::Watchdog,
+                WatchdogNote::Stalled => sd_notify::NotifyState::WatchdogTrigger,
+            };
+            let _ = sd_notify::notify(&[state]);
         };
+        let interval = (period / 2).min(crate::watchdog::CHECK_EVERY);
         parts.spawn(async move {
-            crate::watchdog::ping_while_alive(heartbeats, period / 2, ping, status, cancel).await;
+            crate::watchdog::ping_while_alive(heartbeats, interval, notify, status, cancel).await;
             Ok(())
         });
     }

@@ -3,9 +3,10 @@
 //! A timer that pings on its own proves only that the async runtime runs. The fan loop reads
 //! sysfs on its thread, and a wedged GPU driver can block such a read for good: the loop stops
 //! while everything else looks alive. So each watched loop beats a [`Heartbeat`] every round, and
-//! [`ping_while_alive`] pings only while every heartbeat is recent. When one falls silent, the pings
-//! stop, systemd kills the supervisor after `WatchdogSec`, `ExecStopPost` hands the fans back to
-//! the firmware, and `Restart=always` starts a fresh supervisor.
+//! [`ping_while_alive`] pings only while every heartbeat is recent. When one falls silent it asks
+//! systemd to act at once (`WATCHDOG=trigger`) rather than wait out `WatchdogSec` after the last
+//! ping: systemd kills the supervisor, `ExecStopPost` hands the fans back to the firmware, and
+//! `Restart=always` starts a fresh supervisor.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -75,13 +76,27 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Calls `ping` every `interval` while every watched loop has beaten recently, until `cancel`.
-/// When one falls silent it stops pinging and says which loop, once, in the status model; should
-/// the loop beat again before systemd acts, the pings resume.
+/// How often the heartbeats are checked (and systemd pinged): a silent loop is acted on within
+/// this of its allowance running out.
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What the watchdog tells the service manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchdogNote {
+    /// Every watched loop turns (`WATCHDOG=1`).
+    Alive,
+    /// A loop fell silent: act now (`WATCHDOG=trigger`).
+    Stalled,
+}
+
+/// Checks the heartbeats every `interval` until `cancel`: tells `notify` [`WatchdogNote::Alive`]
+/// while every watched loop has beaten recently. When one falls silent it tells it
+/// [`WatchdogNote::Stalled`] and says which loop in the status model, once, and sends nothing
+/// more while the loop stays silent; should the loop beat again first, the pings resume.
 pub async fn ping_while_alive(
     heartbeats: Heartbeats,
     interval: Duration,
-    mut ping: impl FnMut(),
+    mut notify: impl FnMut(WatchdogNote),
     status: StatusModel,
     cancel: CancellationToken,
 ) {
@@ -94,9 +109,10 @@ pub async fn ping_while_alive(
         }
         let silent = heartbeats.silent();
         if silent.is_empty() {
-            ping();
+            notify(WatchdogNote::Alive);
             said_silent = false;
         } else if !said_silent {
+            notify(WatchdogNote::Stalled);
             let named: Vec<String> = silent
                 .iter()
                 .map(|(name, for_)| format!("{name} (silent for {} s)", for_.as_secs()))
@@ -104,10 +120,7 @@ pub async fn ping_while_alive(
             status.event(
                 "watchdog",
                 Level::Error,
-                format!(
-                    "{} stopped; no longer feeding the watchdog, so systemd restarts the supervisor",
-                    named.join(", ")
-                ),
+                format!("{} stopped; asking systemd's watchdog to restart the supervisor", named.join(", ")),
             );
             said_silent = true;
         }
@@ -139,9 +152,12 @@ mod tests {
         let (heartbeats, status, cancel) =
             (Heartbeats::default(), StatusModel::new(), CancellationToken::new());
         let fan = heartbeats.watch("fan loop of 0000:03:00.0", Duration::from_millis(300));
-        let pings = Arc::new(Mutex::new(0u32));
-        let count = pings.clone();
-        let ping = move || *count.lock().unwrap() += 1;
+        let (pings, stalls) = (Arc::new(Mutex::new(0u32)), Arc::new(Mutex::new(0u32)));
+        let (ping_count, stall_count) = (pings.clone(), stalls.clone());
+        let ping = move |note| match note {
+            WatchdogNote::Alive => *ping_count.lock().unwrap() += 1,
+            WatchdogNote::Stalled => *stall_count.lock().unwrap() += 1,
+        };
         let watchdog = tokio::spawn(ping_while_alive(
             heartbeats.clone(),
             Duration::from_millis(10),
@@ -159,6 +175,7 @@ mod tests {
         let before = pinged();
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(pinged(), before, "no pings while the loop is silent");
+        assert_eq!(*stalls.lock().unwrap(), 1, "one trigger for a silent loop");
         let said: Vec<String> = status
             .snapshot()
             .events

@@ -9,6 +9,8 @@
  *                 "power_mw": 28000, "num_fans": 2, "fan_speed_pct": 30,
  *                 "fan_min_pct": 30, "fan_max_pct": 100}]}
  *
+ * A device with "lost": 1 answers fan calls with NVML_ERROR_GPU_IS_LOST (a GPU fallen off the bus).
+ *
  * Fan writes (SetFanSpeed_v2, SetDefaultFanSpeed_v2) are appended to $FAKE_NVML_LOG, one line
  * each, so tests can check what the supervisor commanded. Only the calls the supervisor makes
  * are implemented; the loader resolves symbols lazily, so missing ones fail only when called.
@@ -22,6 +24,7 @@ typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_UNKNOWN = 999
 };
 
@@ -36,6 +39,7 @@ struct fake_device {
     unsigned temperature_c, power_mw, num_fans, fan_min, fan_max;
     unsigned fan_speed[MAX_FANS];
     int fan_manual[MAX_FANS];
+    int lost;
     unsigned index;
 };
 
@@ -132,6 +136,7 @@ static nvmlReturn_t load_config(void) {
         d->temperature_c = (unsigned)get_int(p, close, "temperature_c", 40);
         d->power_mw = (unsigned)get_int(p, close, "power_mw", 20000);
         d->num_fans = (unsigned)get_int(p, close, "num_fans", 0);
+        d->lost = (int)get_int(p, close, "lost", 0);
         if (d->num_fans > MAX_FANS) d->num_fans = MAX_FANS;
         d->fan_min = (unsigned)get_int(p, close, "fan_min_pct", 30);
         d->fan_max = (unsigned)get_int(p, close, "fan_max_pct", 100);
@@ -249,6 +254,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
 }
 nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t d, unsigned int *fans) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
     *fans = d->num_fans;
     return NVML_SUCCESS;
 }
@@ -267,6 +273,7 @@ nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t d, unsigned int *min, unsi
 }
 nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t d, unsigned int fan, unsigned int speed) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
     if (fan >= d->num_fans || speed > 100) return NVML_ERROR_INVALID_ARGUMENT;
     d->fan_speed[fan] = speed;
     d->fan_manual[fan] = 1;
@@ -275,6 +282,7 @@ nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t d, unsigned int fan, unsigned
 }
 nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t d, unsigned int fan) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
     if (fan >= d->num_fans) return NVML_ERROR_INVALID_ARGUMENT;
     d->fan_manual[fan] = 0;
     log_line("set_default_fan_speed %u %u%.0u\n", d->index, fan, 0);

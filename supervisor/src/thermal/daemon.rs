@@ -32,7 +32,9 @@ pub struct ControlConfig {
     pub nvml_lib: Option<PathBuf>,
     /// A duty this close to the last written one is not rewritten ...
     pub rewrite_below_pct: f64,
-    /// ... unless this long has passed (other overdrive commits may have reverted it).
+    /// ... unless this long has passed; a safe mode is written again as often. Something else may
+    /// have changed the fan meanwhile: another overdrive commit, a board hook's `engine-crashed`,
+    /// a reset from the panic hook or a GPU reset.
     pub refresh: Duration,
     /// How often the learned model and load forecast are saved.
     pub save_every: Duration,
@@ -93,7 +95,7 @@ impl Default for ControlConfig {
             priors: None,
             heartbeats: None,
             // A few periods, or a round whose fan command, fallback to auto and full speed each
-            // ran a board hook to its timeout: 20 s, under the unit's `WatchdogSec=30s`.
+            // ran a board hook to its timeout: 20 s. Then the watchdog asks systemd to act.
             watchdog_silence: 3 * crate::hooks::DEFAULT_TIMEOUT + 5 * period,
         }
     }
@@ -116,8 +118,23 @@ enum Mode {
     Predictive,
     FirmwareAuto,
     FullSpeed,
-    /// The actuator failed; the fan was left in a safe state and is no longer driven.
+    /// The actuator failed; the fan is handed back (see [`HandBack`]) and no longer driven.
     Failed,
+}
+
+/// The first wait before a fan that could not be handed back is tried again; it doubles ...
+const HAND_BACK_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// ... up to this.
+const HAND_BACK_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Where a failed actuator left the fan: handed back to firmware auto or full speed, or neither
+/// write held yet and the next try is due at `next_try`.
+#[derive(Debug, Clone, Copy)]
+struct HandBack {
+    held: Option<Mode>,
+    tries: u32,
+    wait: Duration,
+    next_try: Instant,
 }
 
 impl Mode {
@@ -141,6 +158,12 @@ struct DeviceLoop {
     learned: LearnedFiles,
     mode: Option<Mode>,
     last_duty: Option<(f64, Instant)>,
+    /// When the safe mode the loop is in was last written.
+    safe_written: Option<Instant>,
+    /// Set once the actuator failed.
+    hand_back: Option<HandBack>,
+    /// The fan was handed back on the way out; dropping the loop need not write it again.
+    released: bool,
     /// CPU time spent in this device's ticks.
     cpu: Duration,
 }
@@ -165,6 +188,9 @@ impl DeviceLoop {
             actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref())?;
         let sensors = sensors::for_device(device, root, config.nvml_lib.as_deref()).ok()?;
         let limit_c = sensors.limit_c();
+        if let Some(doubt) = sensors.limit_doubt() {
+            status.event("thermal", Level::Warn, format!("{}: {doubt}", device.id));
+        }
         let range = actuator.range();
         let limits = DeviceLimits {
             junction_limit_c: limit_c,
@@ -192,38 +218,128 @@ impl DeviceLoop {
             learned,
             mode: None,
             last_duty: None,
+            safe_written: None,
+            hand_back: None,
+            released: false,
             cpu: Duration::ZERO,
         })
     }
 
-    /// Puts the fan in a safe state after a failed write: auto, else full speed.
-    fn fall_back(&mut self, status: &StatusModel, why: String) {
-        status.event("thermal", Level::Error, format!("{}: {why}; handing the fan back", self.id));
-        if self.actuator.restore_auto().is_err() {
-            let _ = self.actuator.full_speed();
-        }
-        self.mode = Some(Mode::Failed);
+    /// Firmware auto, else full speed: the mode the fan is in now, or why neither write held.
+    fn hand_fan_back(&mut self) -> Result<Mode, actuator::HandBackError> {
+        self.actuator.hand_back().map(|handed| match handed {
+            actuator::HandedBack::FirmwareAuto => Mode::FirmwareAuto,
+            actuator::HandedBack::FullSpeed { .. } => Mode::FullSpeed,
+        })
     }
 
-    /// Hands the fan to firmware auto or full speed once, on entering that mode.
-    fn enter_safe_mode(&mut self, mode: Mode, why: &str, status: &StatusModel) {
-        if self.mode == Some(mode) {
+    /// After a failed write the loop stops driving the fan and hands it back. Where neither auto
+    /// nor full speed can be written either, it tries again with a doubling wait: the fan must not
+    /// stay at the low duty it may have been left at.
+    fn fall_back(&mut self, status: &StatusModel, why: String) {
+        let held = self.hand_fan_back();
+        let message = match &held {
+            Ok(mode) => {
+                format!("{}: {why}; fan handed back ({}), no longer driven", self.id, describe(*mode))
+            }
+            Err(e) => format!(
+                "{}: {why}; handing the fan back failed too ({e}); trying again in {} s",
+                self.id,
+                HAND_BACK_RETRY_FIRST.as_secs()
+            ),
+        };
+        status.event("thermal", Level::Error, message);
+        self.mode = Some(Mode::Failed);
+        self.last_duty = None;
+        self.hand_back = Some(HandBack {
+            held: held.ok(),
+            tries: 1,
+            wait: HAND_BACK_RETRY_FIRST,
+            next_try: Instant::now() + HAND_BACK_RETRY_FIRST,
+        });
+    }
+
+    /// A failed actuator's fan that is not handed back yet is tried again when due.
+    fn retry_hand_back(&mut self, status: &StatusModel) {
+        let Some(mut hand_back) = self.hand_back.filter(|h| h.held.is_none() && Instant::now() >= h.next_try)
+        else {
+            return;
+        };
+        hand_back.tries += 1;
+        match self.hand_fan_back() {
+            Ok(mode) => {
+                hand_back.held = Some(mode);
+                status.event(
+                    "thermal",
+                    Level::Warn,
+                    format!("{}: fan handed back ({}) at try {}", self.id, describe(mode), hand_back.tries),
+                );
+            }
+            Err(_) => {
+                hand_back.wait = (hand_back.wait * 2).min(HAND_BACK_RETRY_MAX);
+                hand_back.next_try = Instant::now() + hand_back.wait;
+            }
+        }
+        self.hand_back = Some(hand_back);
+    }
+
+    /// What the status page says of a failed actuator's fan.
+    fn hand_back_state(&self) -> Option<String> {
+        let hand_back = self.hand_back?;
+        Some(match hand_back.held {
+            Some(mode) => format!("actuator failed; fan handed back ({})", describe(mode)),
+            None => format!(
+                "actuator failed; fan not handed back after {} tries, trying again every {} s",
+                hand_back.tries,
+                hand_back.wait.as_secs()
+            ),
+        })
+    }
+
+    /// Hands the fan to firmware auto or full speed on entering that mode, and again every
+    /// `refresh` while in it, in case something else has changed the fan since.
+    fn enter_safe_mode(&mut self, mode: Mode, why: &str, status: &StatusModel, refresh: Duration) {
+        let entering = self.mode != Some(mode);
+        if !entering && self.safe_written.is_some_and(|at| at.elapsed() < refresh) {
             return;
         }
-        status.event(
-            "thermal",
-            Level::Warn,
-            format!("{}: {why}; {}", self.id, mode.name().replace('-', " ")),
-        );
+        if entering {
+            status.event(
+                "thermal",
+                Level::Warn,
+                format!("{}: {why}; {}", self.id, mode.name().replace('-', " ")),
+            );
+        }
         let written = match mode {
             Mode::FullSpeed => self.actuator.full_speed(),
             _ => self.actuator.restore_auto(),
         };
         match written {
-            Ok(()) => self.mode = Some(mode),
+            Ok(()) => {
+                self.mode = Some(mode);
+                self.safe_written = Some(Instant::now());
+            }
             Err(e) => self.fall_back(status, e.to_string()),
         }
         self.last_duty = None;
+    }
+
+    /// On the way out: the fan handed back, and what it was left in for the status page.
+    fn release(&mut self) -> ThermalRelease {
+        self.released = true;
+        match self.hand_fan_back() {
+            Ok(mode) => ThermalRelease { mode: mode.name(), failure: None },
+            Err(e) => {
+                tracing::error!(
+                    "{}: could not hand the fan back to firmware auto or full speed: {e}",
+                    self.id
+                );
+                ThermalRelease {
+                    mode: Mode::Failed.name(),
+                    failure: Some(format!("fan not handed back: {e}")),
+                }
+            }
+        }
     }
 
     fn tick(
@@ -244,15 +360,18 @@ impl DeviceLoop {
             (None, verdict) => verdict,
         };
         let (mut safety, mut why, mut decision) = (None, None, None);
-        if self.mode != Some(Mode::Failed) {
+        if self.mode == Some(Mode::Failed) {
+            self.retry_hand_back(status);
+            safety = self.hand_back_state();
+        } else {
             match &verdict {
                 Verdict::FirmwareAuto(why) => {
                     safety = (why != OPERATOR).then(|| why.clone());
-                    self.enter_safe_mode(Mode::FirmwareAuto, why, status);
+                    self.enter_safe_mode(Mode::FirmwareAuto, why, status, config.refresh);
                 }
                 Verdict::FullSpeed(why) => {
                     safety = (why != OPERATOR).then(|| why.clone());
-                    self.enter_safe_mode(Mode::FullSpeed, why, status);
+                    self.enter_safe_mode(Mode::FullSpeed, why, status, config.refresh);
                 }
                 Verdict::Control { floor_pct } => {
                     if let Ok(r) = &reading {
@@ -353,11 +472,22 @@ fn card_prior(device: &Device, priors: Option<&CardPriors>, status: &StatusModel
     params.clone()
 }
 
+/// How a device's fan was left when its loop ended.
+struct ThermalRelease {
+    mode: &'static str,
+    failure: Option<String>,
+}
+
+/// "firmware auto" or "full speed".
+fn describe(mode: Mode) -> String {
+    mode.name().replace('-', " ")
+}
+
 impl Drop for DeviceLoop {
+    /// Unwinding or a runtime shut down mid-round: the fan goes back all the same.
     fn drop(&mut self) {
-        if let Err(e) = self.actuator.restore_auto() {
-            tracing::error!("{}: could not hand the fan back to firmware auto: {e}", self.id);
-            let _ = self.actuator.full_speed();
+        if !self.released {
+            self.release();
         }
     }
 }
@@ -473,19 +603,21 @@ pub async fn control_loop_with(
         });
         heartbeat.iter().for_each(Heartbeat::beat);
     }
-    let ids: Vec<String> = loops.iter().map(|l| l.id.clone()).collect();
-    // Dropping the loops hands every fan back to firmware auto (here, or with the work if the
-    // runtime is shutting down).
-    let _ = off_the_runtime(move || {
+    // Every fan back to firmware auto (else full speed), here, or when the loops are dropped
+    // with the work if the runtime is shutting down.
+    let released = off_the_runtime(move || {
         loops.iter().for_each(DeviceLoop::save_learned);
-        drop(loops);
+        loops.iter_mut().map(|l| (l.id.clone(), l.release())).collect::<Vec<_>>()
     })
-    .await;
+    .await
+    .unwrap_or_default();
     status.update(|s| {
-        for id in &ids {
-            if let Some(t) = s.thermal.get_mut(id) {
-                t.mode = Mode::FirmwareAuto.name().into();
-                t.safety = None;
+        for (id, release) in released {
+            if let Some(t) = s.thermal.get_mut(&id) {
+                t.mode = release.mode.into();
+                t.safety = release.failure;
+                t.why = None;
+                t.decision = None;
             }
         }
     });

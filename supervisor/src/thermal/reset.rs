@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::actuator::{write_attr, FanActuator, FirmwareHook};
+use super::actuator::{
+    hand_back, write_attr, FanActuator, FirmwareHook, HandBackError, HandedBack, OdFanCurve,
+};
 use crate::hardware::SysRoot;
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -23,10 +25,15 @@ fn pci_devices(root: &SysRoot) -> Vec<PathBuf> {
     dirs
 }
 
-fn restore(path: &Path, value: &str, report: &mut ResetReport) {
-    match write_attr(path, value) {
-        Ok(()) => report.restored.push(path.display().to_string()),
-        Err(e) => report.errors.push(e.to_string()),
+/// Records how `what` was handed back.
+fn record(what: String, handed: Result<HandedBack, HandBackError>, report: &mut ResetReport) {
+    match handed {
+        Ok(HandedBack::FirmwareAuto) => report.restored.push(what),
+        Ok(HandedBack::FullSpeed { auto }) => {
+            report.errors.push(format!("{what}: {auto}; set to full speed instead"));
+            report.restored.push(format!("{what} (full speed)"));
+        }
+        Err(e) => report.errors.push(format!("{what}: {e}")),
     }
 }
 
@@ -39,31 +46,43 @@ pub fn reset_all(root: &SysRoot, hook: Option<&Path>, nvml_lib: Option<&Path>) -
         let curve = dev.join("gpu_od/fan_ctrl/fan_curve");
         if curve.exists() {
             // RDNA3/4: the curve is the fan's only control; their pwm1_enable rejects writes.
-            restore(&curve, "r\n", &mut report);
+            let handed = hand_back(
+                &mut (),
+                |_| write_attr(&curve, "r\n"),
+                |_| OdFanCurve::open(curve.clone()).and_then(|mut fan| fan.full_speed()),
+            );
+            record(curve.display().to_string(), handed, &mut report);
             continue;
         }
         let Ok(hwmons) = std::fs::read_dir(dev.join("hwmon")) else { continue };
         for hwmon in hwmons.filter_map(Result::ok) {
             let enable = hwmon.path().join("pwm1_enable");
             if enable.exists() {
-                restore(&enable, "2", &mut report);
+                // 0: no control, the card runs its fan at full speed.
+                let handed = hand_back(&mut (), |_| write_attr(&enable, "2"), |_| write_attr(&enable, "0"));
+                record(enable.display().to_string(), handed, &mut report);
             }
         }
     }
     if nvml_lib.is_some() || root.is_live() {
         match super::actuator::reset_all_nvml(nvml_lib) {
-            Ok(0) => {}
-            Ok(n) => report.restored.push(format!("nvml: {n} fans")),
+            Ok(nvml) => {
+                if nvml.auto > 0 {
+                    report.restored.push(format!("nvml: {} fans", nvml.auto));
+                }
+                if nvml.full_speed > 0 {
+                    report.restored.push(format!("nvml: {} fans at full speed", nvml.full_speed));
+                }
+                report.errors.extend(nvml.errors);
+            }
             // No NVIDIA driver on this machine is not an error of the reset.
             Err(e) if nvml_lib.is_none() => tracing::debug!("NVML not available: {e}"),
             Err(e) => report.errors.push(e.to_string()),
         }
     }
     if let Some(hook) = hook {
-        match FirmwareHook::new(hook.to_path_buf(), root.clone()).restore_auto() {
-            Ok(()) => report.restored.push(format!("hook {}", hook.display())),
-            Err(e) => report.errors.push(e.to_string()),
-        }
+        let handed = FirmwareHook::new(hook.to_path_buf(), root.clone()).hand_back();
+        record(format!("hook {}", hook.display()), handed, &mut report);
     }
     report
 }

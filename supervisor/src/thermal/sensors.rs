@@ -12,6 +12,23 @@ use crate::hardware::{Device, SysRoot, Vendor};
 pub const DEFAULT_LIMIT_C: f64 = 90.0;
 /// The control limit sits this far under the card's critical junction temperature.
 const LIMIT_BELOW_CRITICAL_C: f64 = 15.0;
+/// A control limit outside this range comes from a bad threshold, not from a real card (some
+/// APUs publish `temp1_crit` as 2147483647).
+const PLAUSIBLE_LIMIT_C: (f64, f64) = (50.0, 120.0);
+
+/// The control limit `derived` from the threshold `source` published, or `default` with why where
+/// that is absurd: a limit too high would keep the hard limit and the reactive floor from ever
+/// acting.
+fn plausible_limit(source: &str, derived: f64, default: f64) -> (f64, Option<String>) {
+    let (lo, hi) = PLAUSIBLE_LIMIT_C;
+    if (lo..=hi).contains(&derived) {
+        return (derived, None);
+    }
+    let doubt = format!(
+        "{source} gives a junction limit of {derived:.0} °C, outside {lo:.0}–{hi:.0} °C; using {default:.0} °C"
+    );
+    (default, Some(doubt))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Readings {
@@ -37,6 +54,10 @@ pub trait SensorSource: Send {
     fn read(&mut self) -> Result<Readings, SensorError>;
     /// The junction limit the device publishes.
     fn limit_c(&self) -> f64;
+    /// Why the device's own limit was not used, where it was absurd.
+    fn limit_doubt(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The sensors of `device` as the fan loop reads them: NVML for NVIDIA, else the device's hwmon
@@ -66,6 +87,7 @@ pub struct HwmonSensors {
     /// Chosen once: a junction file that vanishes later must not silently become the edge.
     junction: PathBuf,
     limit_c: f64,
+    limit_doubt: Option<String>,
 }
 
 fn read_number(path: &Path) -> Result<f64, SensorError> {
@@ -79,10 +101,19 @@ fn read_number(path: &Path) -> Result<f64, SensorError> {
 impl HwmonSensors {
     pub fn new(dir: PathBuf) -> Self {
         let name = if dir.join("temp2_input").exists() { "temp2" } else { "temp1" };
-        let limit_c = read_number(&dir.join(format!("{name}_crit")))
-            .map(|m| m / 1000.0 - LIMIT_BELOW_CRITICAL_C)
-            .unwrap_or(DEFAULT_LIMIT_C);
-        Self { junction: dir.join(format!("{name}_input")), dir, limit_c }
+        let crit = dir.join(format!("{name}_crit"));
+        let (limit_c, limit_doubt) = match read_number(&crit) {
+            Ok(m) => plausible_limit(
+                &crit.display().to_string(),
+                m / 1000.0 - LIMIT_BELOW_CRITICAL_C,
+                DEFAULT_LIMIT_C,
+            ),
+            Err(SensorError::Missing(_)) => (DEFAULT_LIMIT_C, None),
+            Err(e) => {
+                (DEFAULT_LIMIT_C, Some(format!("{e}; using a junction limit of {DEFAULT_LIMIT_C:.0} °C")))
+            }
+        };
+        Self { junction: dir.join(format!("{name}_input")), dir, limit_c, limit_doubt }
     }
 }
 
@@ -104,6 +135,10 @@ impl SensorSource for HwmonSensors {
     fn limit_c(&self) -> f64 {
         self.limit_c
     }
+
+    fn limit_doubt(&self) -> Option<&str> {
+        self.limit_doubt.as_deref()
+    }
 }
 
 /// NVIDIA through NVML: GPU temperature, power usage (mW) and fan speed (%).
@@ -111,6 +146,7 @@ pub struct NvmlSensors {
     nvml: Nvml,
     index: u32,
     limit_c: f64,
+    limit_doubt: Option<String>,
 }
 
 impl NvmlSensors {
@@ -122,12 +158,14 @@ impl NvmlSensors {
         };
         let nvml = super::actuator::load_nvml(lib).map_err(nvml_err)?;
         let index = super::actuator::nvml_index_of(&nvml, bus_id).map_err(nvml_err)?;
-        let limit_c = nvml
-            .device_by_index(index)
-            .and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown))
-            .map(|t| t as f64 - 5.0)
-            .unwrap_or(DEFAULT_LIMIT_C - 7.0);
-        Ok(Self { nvml, index, limit_c })
+        let default = DEFAULT_LIMIT_C - 7.0;
+        let slowdown =
+            nvml.device_by_index(index).and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown));
+        let (limit_c, limit_doubt) = match slowdown {
+            Ok(t) => plausible_limit("NVML's slowdown temperature", t as f64 - 5.0, default),
+            Err(_) => (default, None),
+        };
+        Ok(Self { nvml, index, limit_c, limit_doubt })
     }
 }
 
@@ -143,5 +181,44 @@ impl SensorSource for NvmlSensors {
 
     fn limit_c(&self) -> f64 {
         self.limit_c
+    }
+
+    fn limit_doubt(&self) -> Option<&str> {
+        self.limit_doubt.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hwmon_with_crit(crit: Option<&str>) -> (tempfile::TempDir, HwmonSensors) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("temp2_input"), "52000\n").unwrap();
+        if let Some(crit) = crit {
+            std::fs::write(dir.path().join("temp2_crit"), crit).unwrap();
+        }
+        let sensors = HwmonSensors::new(dir.path().to_path_buf());
+        (dir, sensors)
+    }
+
+    #[test]
+    fn the_limit_comes_from_the_critical_temperature_unless_that_is_absurd() {
+        let (_d, sensors) = hwmon_with_crit(Some("110000\n"));
+        assert_eq!((sensors.limit_c(), sensors.limit_doubt()), (95.0, None));
+        let (_d, sensors) = hwmon_with_crit(None);
+        assert_eq!((sensors.limit_c(), sensors.limit_doubt()), (DEFAULT_LIMIT_C, None));
+        let (_d, sensors) = hwmon_with_crit(Some("2147483647\n"));
+        assert_eq!(sensors.limit_c(), DEFAULT_LIMIT_C);
+        let doubt = sensors.limit_doubt().expect("an absurd limit is named");
+        assert!(doubt.contains("temp2_crit") && doubt.contains("2147469 °C"), "{doubt}");
+        let (_d, sensors) = hwmon_with_crit(Some("0\n"));
+        assert_eq!(sensors.limit_c(), DEFAULT_LIMIT_C);
+        assert!(sensors.limit_doubt().is_some_and(|d| d.contains("-15 °C")));
+        let (_d, sensors) = hwmon_with_crit(Some("hot\n"));
+        assert_eq!(sensors.limit_c(), DEFAULT_LIMIT_C);
+        assert!(sensors
+            .limit_doubt()
+            .is_some_and(|d| d.contains("temp2_crit") && d.contains("not a number")));
     }
 }

@@ -11,7 +11,6 @@ const DEFAULT_MIN_DUTY_PCT: f64 = 20.0;
 pub struct HwmonPwm {
     dir: PathBuf,
     range: FanRange,
-    manual: bool,
 }
 
 impl HwmonPwm {
@@ -24,7 +23,7 @@ impl HwmonPwm {
             (Some(min), Some(max)) if max > 0.0 && min > 0.0 => (100.0 * min / max).clamp(1.0, 60.0),
             _ => DEFAULT_MIN_DUTY_PCT,
         };
-        Ok(Self { dir, range: FanRange { min_duty_pct, zero_rpm: false }, manual: false })
+        Ok(Self { dir, range: FanRange { min_duty_pct, zero_rpm: false } })
     }
 }
 
@@ -38,21 +37,21 @@ impl FanActuator for HwmonPwm {
     }
 
     fn set_duty(&mut self, duty_pct: f64, _junction_c: f64, _limit_c: f64) -> Result<(), ActuatorError> {
-        if !self.manual {
-            write_attr(&self.dir.join("pwm1_enable"), "1")?;
-            self.manual = true;
+        // Read each time, not remembered: a reset from elsewhere (the panic hook, a GPU reset)
+        // puts the fan back on auto, and amdgpu then refuses a pwm1 write.
+        let enable = self.dir.join("pwm1_enable");
+        if read_attr(&enable)?.trim() != "1" {
+            write_attr(&enable, "1")?;
         }
         let pwm = (duty_pct.clamp(self.range.min_duty_pct, 100.0) * 255.0 / 100.0).round() as u32;
         write_attr(&self.dir.join("pwm1"), &pwm.to_string())
     }
 
     fn restore_auto(&mut self) -> Result<(), ActuatorError> {
-        self.manual = false;
         write_attr(&self.dir.join("pwm1_enable"), "2")
     }
 
     fn full_speed(&mut self) -> Result<(), ActuatorError> {
-        self.manual = false;
         // 0 = no control: the card runs its fan at full speed on its own.
         write_attr(&self.dir.join("pwm1_enable"), "0")
     }
@@ -80,5 +79,9 @@ mod tests {
         assert_eq!(read("pwm1_enable"), "2");
         fan.full_speed().unwrap();
         assert_eq!(read("pwm1_enable"), "0");
+        // Something else put the fan on auto: the next duty takes it back to manual first.
+        std::fs::write(dir.path().join("pwm1_enable"), "2").unwrap();
+        fan.set_duty(40.0, 60.0, 95.0).unwrap();
+        assert_eq!((read("pwm1_enable"), read("pwm1")), ("1".into(), "102".into()));
     }
 }

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 pub use hook::FirmwareHook;
 pub use hwmon::HwmonPwm;
-pub use nvml::{index_of as nvml_index_of, load as load_nvml, reset_all as reset_all_nvml, NvmlFan};
+pub use nvml::{
+    index_of as nvml_index_of, load as load_nvml, reset_all as reset_all_nvml, NvmlFan, NvmlReset,
+};
 pub use od_curve::OdFanCurve;
 
 use crate::hardware::{Device, SysRoot, Vendor};
@@ -46,6 +48,45 @@ pub trait FanActuator: Send {
     /// Hands the fan back to the firmware's automatic control.
     fn restore_auto(&mut self) -> Result<(), ActuatorError>;
     fn full_speed(&mut self) -> Result<(), ActuatorError>;
+    /// Firmware auto, else full speed.
+    fn hand_back(&mut self) -> Result<HandedBack, HandBackError> {
+        hand_back(self, |fan| fan.restore_auto(), |fan| fan.full_speed())
+    }
+}
+
+/// Where a fan was handed back to.
+#[derive(Debug)]
+pub enum HandedBack {
+    FirmwareAuto,
+    /// Auto could not be written (why: `auto`); the fan runs at full speed.
+    FullSpeed {
+        auto: ActuatorError,
+    },
+}
+
+/// Neither auto nor full speed could be written: the fan may be at whatever duty it last had.
+#[derive(Debug, thiserror::Error)]
+#[error("firmware auto: {auto}; full speed: {full_speed}")]
+pub struct HandBackError {
+    pub auto: Box<ActuatorError>,
+    pub full_speed: Box<ActuatorError>,
+}
+
+/// Hands `fan` back with `auto`, else with `full_speed`: whatever fails, a fan is never left at
+/// a low fixed duty while either write can still be made. Every way out of fan control (the loop's
+/// fallback and its exit, the panic hook, `lucebox thermal reset`) goes through here.
+pub fn hand_back<F: ?Sized>(
+    fan: &mut F,
+    auto: impl FnOnce(&mut F) -> Result<(), ActuatorError>,
+    full_speed: impl FnOnce(&mut F) -> Result<(), ActuatorError>,
+) -> Result<HandedBack, HandBackError> {
+    match auto(fan) {
+        Ok(()) => Ok(HandedBack::FirmwareAuto),
+        Err(auto) => match full_speed(fan) {
+            Ok(()) => Ok(HandedBack::FullSpeed { auto }),
+            Err(full_speed) => Err(HandBackError { auto: Box::new(auto), full_speed: Box::new(full_speed) }),
+        },
+    }
 }
 
 /// Writes one command to a sysfs attribute (one `write` per command, as sysfs expects).

@@ -75,10 +75,14 @@ impl NvmlFan {
         mut f: impl FnMut(&mut nvml_wrapper::Device<'_>, u32) -> Result<(), nvml_wrapper::error::NvmlError>,
     ) -> Result<(), ActuatorError> {
         let mut device = self.nvml.device_by_index(self.index).map_err(nvml_err)?;
+        // Every fan is tried: one that fails must not keep the others from the command.
+        let mut first_error = None;
         for fan in 0..self.fans {
-            f(&mut device, fan).map_err(nvml_err)?;
+            if let Err(e) = f(&mut device, fan) {
+                first_error.get_or_insert(ActuatorError::Nvml(format!("fan {fan}: {e}")));
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -108,15 +112,48 @@ impl FanActuator for NvmlFan {
     }
 }
 
-/// Hands every fan of every NVIDIA device back to auto; returns how many fans were reset.
-pub fn reset_all(lib: Option<&Path>) -> Result<u32, ActuatorError> {
+/// What [`reset_all`] did: fans handed back to auto, fans that went to full speed instead, and
+/// what failed.
+#[derive(Debug, Default)]
+pub struct NvmlReset {
+    pub auto: u32,
+    pub full_speed: u32,
+    pub errors: Vec<String>,
+}
+
+/// Hands every fan of every NVIDIA device back to auto, else to full speed. A device or fan that
+/// fails (a GPU fallen off the bus) is reported and the rest are still handed back; a device
+/// without fans is not an error.
+pub fn reset_all(lib: Option<&Path>) -> Result<NvmlReset, ActuatorError> {
     let nvml = load(lib)?;
-    let mut reset = 0;
+    let mut reset = NvmlReset::default();
     for index in 0..nvml.device_count().map_err(nvml_err)? {
-        let mut device = nvml.device_by_index(index).map_err(nvml_err)?;
-        for fan in 0..device.num_fans().map_err(nvml_err)? {
-            device.set_default_fan_speed(fan).map_err(nvml_err)?;
-            reset += 1;
+        let fans = nvml.device_by_index(index).and_then(|mut device| {
+            let fans = match device.num_fans() {
+                Err(nvml_wrapper::error::NvmlError::NotSupported) => 0,
+                fans => fans?,
+            };
+            for fan in 0..fans {
+                let handed = super::hand_back(
+                    &mut device,
+                    |d| d.set_default_fan_speed(fan).map_err(nvml_err),
+                    |d| d.set_fan_speed(fan, 100).map_err(nvml_err),
+                );
+                match handed {
+                    Ok(super::HandedBack::FirmwareAuto) => reset.auto += 1,
+                    Ok(super::HandedBack::FullSpeed { auto }) => {
+                        reset.full_speed += 1;
+                        reset
+                            .errors
+                            .push(format!("GPU {index} fan {fan}: {auto}; set to full speed instead"));
+                    }
+                    Err(e) => reset.errors.push(format!("GPU {index} fan {fan}: {e}")),
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = fans {
+            reset.errors.push(format!("GPU {index}: {}", nvml_err(e)));
         }
     }
     Ok(reset)
