@@ -124,16 +124,7 @@ fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
 #[test]
 fn run_tells_the_boards_hooks_of_its_start_an_engine_crash_and_its_stop() {
     let mut rig = RunRig::new();
-    let root = rig.dir.path().join("root");
-    copy_tree(&host_fixture("strix-halo-128g"), &root);
-    let profiles = rig.dir.path().join("profiles");
-    std::fs::create_dir_all(&profiles).unwrap();
-    let tiny = std::fs::read_to_string(repo_root().join("profiles/tiny-cpu-test.toml")).unwrap();
-    let vulkan = tiny.replace("backends = [\"cpu\"]", "backends = [\"vulkan\"]");
-    assert_ne!(tiny, vulkan, "the tiny profile names its backend as this test expects");
-    std::fs::write(profiles.join("tiny-vulkan-test.toml"), vulkan).unwrap();
-    std::fs::create_dir_all(rig.engines.join("vulkan/bin")).unwrap();
-    std::os::unix::fs::symlink(llama_server(), rig.engines.join("vulkan/bin/llama-server")).unwrap();
+    let (root, profiles) = rig.on_captured_host("strix-halo-128g", "vulkan");
 
     let events_log = rig.dir.path().join("hook-events.log");
     let board = rig.dir.path().join("hooks/framework-desktop");

@@ -118,6 +118,51 @@ fn restarted_supervisor_adopts_the_running_container() {
     assert!(sup.log().contains("adopted running docker engine"), "{}", tail(&sup.log(), 20));
     assert_one_engine("d-adopt", port);
     chat(port);
+    // The adopting supervisor follows the engine's log from the adoption on (the chat's lines),
+    // without replaying what the engine printed before (its start).
+    let since = || sup.log().split_once("adopted running docker engine").map(|(_, s)| s.to_string()).unwrap();
+    let forwarded = eventually(Duration::from_secs(5), || since().contains("launch_slot_"));
+    let since = since();
+    assert!(forwarded, "the chat's lines are forwarded: {}", tail(&since, 40));
+    assert!(!since.contains("model loaded"), "the engine's start is not replayed: {}", tail(&since, 40));
+}
+
+/// A new build of the engine image pulled under the same tag is not adopted: the supervisor
+/// that comes back removes the old build's container and starts the new one.
+#[test]
+fn a_new_image_under_the_same_tag_is_started_instead_of_adopting_the_old_one() {
+    require_docker();
+    struct Untag(&'static str);
+    impl Drop for Untag {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker").args(["rmi", "-f", self.0]).output();
+        }
+    }
+    let (name, tag) = ("d-retag", "lucebox/engine-cpu:retag-test");
+    let (_cleanup, _untag) = (ContainerCleanup(name.to_string()), Untag(tag));
+    docker(&["tag", IMAGE, tag]);
+    let port = free_port();
+    let plan = tiny_plan(name, port, true);
+    let sup = Supervisor::start_with_image(&plan, tag);
+    let old = instance(&sup.wait_ready(name, READY));
+    drop(sup); // SIGKILL: the container stays
+    let context = tempfile::tempdir().unwrap();
+    std::fs::write(
+        context.path().join("Dockerfile"),
+        format!("FROM {IMAGE}\nLABEL lucebox.test=\"a new build\"\n"),
+    )
+    .unwrap();
+    docker(&["build", "-q", "-t", tag, context.path().to_str().unwrap()]);
+    let new_image = docker(&["image", "inspect", "-f", "{{.Id}}", tag]);
+    assert_ne!(new_image, docker(&["image", "inspect", "-f", "{{.Id}}", IMAGE]), "a new image id");
+
+    let sup = Supervisor::start_with_image(&plan, tag);
+    let engine = sup.wait_ready(name, READY);
+    let id = instance(&engine);
+    assert_ne!(id, old, "the old build's container was adopted: {}", tail(&sup.log(), 20));
+    assert_eq!(docker(&["inspect", "-f", "{{.Image}}", &id]), new_image);
+    assert_one_engine(name, port);
+    chat(port);
 }
 
 #[test]

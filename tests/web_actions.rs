@@ -170,8 +170,6 @@ fn switching_the_profile_validates_persists_and_restarts_the_engine_on_it() {
     let asked = Instant::now();
     let (status, body) = post(&rig, "/api/v1/pin", &format!(r#"{{"device":"cpu","profile":"{other}"}}"#));
     assert_eq!(status, 202, "{body}");
-    let pins = std::fs::read_to_string(rig.state.join("pins.toml")).unwrap();
-    assert!(pins.contains(other), "{pins}");
     let new = ready_engine(&rig, Some(&old), READY_WITHIN);
     eprintln!("figure: profile switch to ready on the new profile: {} ms", asked.elapsed().as_millis());
     assert_eq!(engine(&rig)["profile"], other);
@@ -181,6 +179,9 @@ fn switching_the_profile_validates_persists_and_restarts_the_engine_on_it() {
     assert!(chat_works(rig.engine_port));
     wait_for("the switch event", Duration::from_secs(10), || events(&rig).contains("profile switch done"));
     eprintln!("figure (supervisor): {:?}", timed_events(&rig));
+    // Kept once the engine runs on it.
+    let pins = std::fs::read_to_string(rig.state.join("pins.toml")).unwrap();
+    assert!(pins.contains(other), "{pins}");
 
     // The pin survives a restart of the supervisor.
     assert!(rig.terminate(Duration::from_secs(30)).success());
@@ -188,6 +189,86 @@ fn switching_the_profile_validates_persists_and_restarts_the_engine_on_it() {
     rig.spawn(command(&rig));
     ready_engine(&rig, None, READY_WITHIN);
     assert_eq!(engine(&rig)["profile"], other, "pinned profile after a restart");
+    assert!(rig.terminate(Duration::from_secs(30)).success());
+}
+
+/// A switch to a profile whose engine never gets ready (its model file is not a model) goes
+/// back to the profile that ran before, keeps no pin, and says why. A device the supervisor's
+/// environment pins answers 409: that pin outranks the API's.
+#[test]
+fn a_switch_whose_engine_fails_goes_back_and_an_environment_pin_is_not_overridden() {
+    let mut rig = RunRig::new();
+    let profiles = rig.dir.path().join("profiles");
+    write_profiles(&profiles);
+    let tiny = std::fs::read_to_string(repo_root().join("profiles/tiny-cpu-test.toml")).unwrap();
+    let broken: String =
+        tiny.lines()
+            .filter(|l| !l.starts_with("sha256"))
+            .map(|l| {
+                if l.starts_with("file = ") {
+                    "file = \"broken.gguf\"\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+    std::fs::write(profiles.join("tiny-cpu-broken.toml"), broken).unwrap();
+    std::fs::write(rig.models.join("broken.gguf"), "not a model\n").unwrap();
+    let mut command = rig.command();
+    command.env("LUCEBOX_PROFILES_DIR", &profiles).env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test");
+    rig.spawn(command);
+    let old = ready_engine(&rig, None, READY_WITHIN);
+    assert_eq!(engine(&rig)["profile"], "tiny-cpu-test", "the environment's pin");
+
+    let (status, body) = post(&rig, "/api/v1/pin", r#"{"device":"default","profile":"tiny-cpu-small"}"#);
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("LUCEBOX_PIN__DEFAULT__PROFILE=tiny-cpu-test"),
+        "{body}"
+    );
+
+    let (status, body) = post(&rig, "/api/v1/pin", r#"{"device":"cpu","profile":"tiny-cpu-broken"}"#);
+    assert_eq!(status, 202, "{body}");
+    wait_for("the switch undone", READY_WITHIN, || events(&rig).contains("the pin was not kept"));
+    let said = events(&rig);
+    assert!(said.contains("profile switch of cpu failed: engine-cpu"), "{said}");
+    assert!(said.contains("back to engine-cpu on cpu/tiny-cpu-test"), "{said}");
+    ready_engine(&rig, Some(&old), READY_WITHIN);
+    assert_eq!(engine(&rig)["profile"], "tiny-cpu-test");
+    assert!(chat_works(rig.engine_port));
+    assert!(!rig.state.join("pins.toml").exists(), "a failed switch keeps no pin");
+    // The control plane is free again.
+    let (status, body) = post(&rig, "/api/v1/engines/engine-cpu/restart", "");
+    assert_eq!(status, 202, "{body}");
+    assert!(rig.terminate(Duration::from_secs(30)).success());
+}
+
+/// On a box with a GPU the CPU gets no engine whatever the profile; a `default` pin is for the
+/// devices that get one (here the captured Strix Halo's iGPU, the CPU llama-server standing in
+/// for its Vulkan build).
+#[test]
+fn a_default_pin_on_a_gpu_box_switches_the_gpus_engine() {
+    let mut rig = RunRig::new();
+    let (root, profiles) = rig.on_captured_host("strix-halo-128g", "vulkan");
+    let mut command = rig.command();
+    command.env("LUCEBOX_ROOT", &root).env("LUCEBOX_PROFILES_DIR", &profiles);
+    rig.spawn(command);
+    let name = "engine-0000-c3-00-0";
+    let gpu_engine = || get(rig.web_port, "/api/v1/engines")[name].clone();
+    wait_for("the GPU's engine ready", READY_WITHIN, || {
+        http(rig.web_port, "GET", "/api/v1/engines", "").is_some()
+            && gpu_engine()["state"]["state"] == "ready"
+    });
+    let current = gpu_engine()["profile"].as_str().unwrap().to_string();
+    let other = if current == "tiny-vulkan-small" { "tiny-vulkan-test" } else { "tiny-vulkan-small" };
+    let (status, body) = post(&rig, "/api/v1/pin", &format!(r#"{{"device":"default","profile":"{other}"}}"#));
+    assert_eq!(status, 202, "{body}");
+    assert!(body["message"].as_str().unwrap().contains(name), "{body}");
+    wait_for("the switch done", READY_WITHIN, || events(&rig).contains("profile switch done"));
+    assert_eq!(gpu_engine()["profile"], other);
+    assert_eq!(gpu_engine()["state"]["state"], "ready");
+    let pins = std::fs::read_to_string(rig.state.join("pins.toml")).unwrap();
+    assert!(pins.contains("[pin.default]") && pins.contains(other), "{pins}");
     assert!(rig.terminate(Duration::from_secs(30)).success());
 }
 

@@ -342,6 +342,13 @@ const CONFIG_KEYS: &[&str] = &[
     "hooks",
 ];
 
+/// The pins `LUCEBOX_PIN__<device>__{PROFILE,VARIANT}` set, by device (or `default`). They beat
+/// pins set through the API, which therefore cannot change them.
+pub fn pins_from_environment() -> BTreeMap<String, Pin> {
+    let env = Env::prefixed("LUCEBOX_").filter(|key| key.as_str().to_ascii_lowercase().starts_with("pin__"));
+    Figment::from(env.split("__")).extract_inner("pin").unwrap_or_default()
+}
+
 fn is_config_key(env_key: &str) -> bool {
     let top = env_key.split("__").next().unwrap_or_default().to_ascii_lowercase();
     CONFIG_KEYS.contains(&top.as_str())
@@ -439,6 +446,19 @@ mod tests {
                 .map_err(|e| e.to_string())?;
             let err = Config::load(Some(Path::new("lucebox.toml")), Figment::new()).unwrap_err().to_string();
             assert!(err.contains("pins.toml") && err.contains("profle"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_environments_pins_are_known_apart() {
+        figment::Jail::expect_with(|jail| {
+            assert!(pins_from_environment().is_empty());
+            jail.set_env("LUCEBOX_PIN__CPU__PROFILE", "tiny");
+            jail.set_env("LUCEBOX_WEB__PORT", "9001");
+            let pins = pins_from_environment();
+            assert_eq!(pins.keys().collect::<Vec<_>>(), ["cpu"]);
+            assert_eq!(pins["cpu"].profile.as_deref(), Some("tiny"));
             Ok(())
         });
     }

@@ -149,6 +149,29 @@ impl RunRig {
         cmd
     }
 
+    /// Makes this rig a captured host: a copy of `tests/fixtures/hosts/<fixture>` as the root, the
+    /// CPU llama-server standing in for the `backend` build, and a profiles folder holding the
+    /// tiny profile for that backend, `tiny-<backend>-test`, and the same with a smaller context,
+    /// `tiny-<backend>-small`. Returns the root and the profiles folder, for `LUCEBOX_ROOT` and
+    /// `LUCEBOX_PROFILES_DIR`.
+    pub fn on_captured_host(&self, fixture: &str, backend: &str) -> (PathBuf, PathBuf) {
+        let root = self.dir.path().join("root");
+        copy_tree(&host_fixture(fixture), &root);
+        let profiles = self.dir.path().join("profiles");
+        std::fs::create_dir_all(&profiles).unwrap();
+        let tiny = std::fs::read_to_string(repo_root().join("profiles/tiny-cpu-test.toml")).unwrap();
+        let stand_in = tiny.replace("backends = [\"cpu\"]", &format!("backends = [\"{backend}\"]"));
+        assert_ne!(tiny, stand_in, "the tiny profile names its backend as this rig expects");
+        std::fs::write(profiles.join(format!("tiny-{backend}-test.toml")), &stand_in).unwrap();
+        let small = stand_in.replace("ctx = 512", "ctx = 256");
+        assert_ne!(small, stand_in, "the tiny profile sets ctx as this rig expects");
+        std::fs::write(profiles.join(format!("tiny-{backend}-small.toml")), small).unwrap();
+        std::fs::create_dir_all(self.engines.join(backend).join("bin")).unwrap();
+        std::os::unix::fs::symlink(llama_server(), self.engines.join(backend).join("bin/llama-server"))
+            .unwrap();
+        (root, profiles)
+    }
+
     pub fn spawn(&mut self, mut cmd: Command) {
         self.child = Some(cmd.spawn().expect("spawn lucebox run"));
     }

@@ -121,10 +121,15 @@ pub struct Supervisor {
 impl Supervisor {
     pub fn start(plan: &Plan, runtime: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        Self::start_in(plan, runtime, dir)
+        Self::start_in(plan, runtime, dir, IMAGE)
     }
 
-    fn start_in(plan: &Plan, runtime: &str, dir: tempfile::TempDir) -> Self {
+    /// [`Supervisor::start`] with the Docker runtime's engines run from `image`.
+    pub fn start_with_image(plan: &Plan, image: &str) -> Self {
+        Self::start_in(plan, "docker", tempfile::tempdir().unwrap(), image)
+    }
+
+    fn start_in(plan: &Plan, runtime: &str, dir: tempfile::TempDir, image: &str) -> Self {
         std::fs::write(dir.path().join("plan.json"), serde_json::to_vec(plan).unwrap()).unwrap();
         let _ = std::fs::remove_file(dir.path().join("status.json"));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("log")).unwrap();
@@ -136,6 +141,7 @@ impl Supervisor {
             .env("LUCEBOX_LOG", "info")
             // Per test: the remembered step-downs (`<state_dir>/runtime/`) survive a crash_and_restart.
             .env("LUCEBOX_STATE_DIR", dir.path().join("state"))
+            .env("LUCEBOX_RUNTIME__ENGINE_IMAGE", image)
             .env_remove("LUCEBOX_CONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -152,7 +158,7 @@ impl Supervisor {
         let plan: Plan =
             serde_json::from_slice(&std::fs::read(self.dir.path().join("plan.json")).unwrap()).unwrap();
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        Self::start_in(&plan, runtime, dir)
+        Self::start_in(&plan, runtime, dir, IMAGE)
     }
 
     pub fn state_dir(&self) -> PathBuf {

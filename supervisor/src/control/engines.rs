@@ -37,12 +37,20 @@ pub struct EngineSet {
     status: StatusModel,
     cancel: CancellationToken,
     running: tokio::sync::Mutex<BTreeMap<String, Running>>,
+    /// Set by [`EngineSet::stop_all`]: an action that gets the lock after it starts nothing.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl EngineSet {
     /// Engines stop when `cancel` fires (and with [`EngineSet::stop_all`]).
     pub fn new(spawn: SpawnSupervisor, status: StatusModel, cancel: CancellationToken) -> Self {
-        Self { spawn, status, cancel, running: tokio::sync::Mutex::new(BTreeMap::new()) }
+        Self {
+            spawn,
+            status,
+            cancel,
+            running: tokio::sync::Mutex::new(BTreeMap::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// The group an engine runs, if it runs.
@@ -96,9 +104,26 @@ impl EngineSet {
         Ok(started)
     }
 
-    /// Stops every engine with its grace period; returns the first supervision error.
+    /// Stops the engine `name` and forgets it (a profile switch undone on a device that ran none).
+    pub async fn remove(&self, name: &str) {
+        let mut running = self.running.lock().await;
+        if let Some(old) = running.remove(name) {
+            self.stop(old).await;
+        }
+        self.status.update(|s| {
+            s.engines.remove(name);
+            if let Some(plan) = s.plan.as_mut() {
+                plan.groups.retain(|g| g.name != name);
+            }
+        });
+    }
+
+    /// Stops every engine with its grace period, for good: a restart or replace that was waiting
+    /// for the lock (an API action racing the supervisor's stop) is refused after it. Returns the
+    /// first supervision error.
     pub async fn stop_all(&self) -> Result<(), RuntimeError> {
         let mut running = self.running.lock().await;
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut first = None;
         for (_, old) in std::mem::take(&mut *running) {
             if let Some(e) = self.stop(old).await {
@@ -108,14 +133,14 @@ impl EngineSet {
         first.map_or(Ok(()), Err)
     }
 
-    /// Waits until every started engine is ready. Fails on the first run that ends (exit, crash
-    /// loop, startup allowance spent), naming the engine and why.
     /// Restarts one engine and waits until it is ready; the error in words for an event.
     pub async fn restart_until_ready(&self, group: GroupPlan) -> Result<(), String> {
         let started = self.restart(group).await.map_err(|e| e.to_string())?;
         self.wait_ready(std::slice::from_ref(&started)).await.map_err(|e| e.to_string())
     }
 
+    /// Waits until every started engine is ready. Fails on the first run that ends (exit, crash
+    /// loop, startup allowance spent), naming the engine and why.
     pub async fn wait_ready(&self, started: &[Started]) -> Result<(), ActivationError> {
         let mut changes = self.status.subscribe();
         let begun = Instant::now();
@@ -163,7 +188,7 @@ impl EngineSet {
 
     /// An action racing shutdown must not start engines nobody will stop.
     fn refuse_when_stopping(&self, engine: &str) -> Result<(), RuntimeError> {
-        if self.cancel.is_cancelled() {
+        if self.cancel.is_cancelled() || self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(RuntimeError::Task {
                 engine: engine.into(),
                 message: "the supervisor is stopping".into(),

@@ -93,11 +93,13 @@ impl Control {
     }
 
     async fn restart(&self, engine: String) -> Result<Accepted, ActionError> {
+        // The lock first: the engines' own lock is held through a whole replace (an OTA
+        // activation), and a request must be told 423 at once, not wait that out.
+        let busy = self.begin(&format!("a restart of {engine}"))?;
         let Some(group) = self.engines.group(&engine).await else {
             let known = self.engines.names().await.join(", ");
             return Err(ActionError::NotFound(format!("no engine {engine:?} (engines: {known})")));
         };
-        let busy = self.begin(&format!("a restart of {engine}"))?;
         self.event(Level::Info, format!("{engine}: restart requested through the API"));
         self.spawn_restarts(busy, vec![group], "restart");
         Ok(Accepted { message: format!("restarting {engine}") })
@@ -155,29 +157,48 @@ impl Control {
                 )));
             }
         }
+        // `LUCEBOX_PIN__*` outranks the API: a pin set here would hold only until the next start.
+        if let Some(env) = crate::config::pins_from_environment().get(&pin.device) {
+            let set: Vec<String> = [("PROFILE", &env.profile), ("VARIANT", &env.variant)]
+                .iter()
+                .filter_map(|(key, value)| {
+                    value.as_ref().map(|v| format!("LUCEBOX_PIN__{}__{key}={v}", pin.device.to_uppercase()))
+                })
+                .collect();
+            return Err(ActionError::Conflict(format!(
+                "{} in the supervisor's environment pins {}, and it beats pins set through the API; \
+                 change it there and restart the supervisor",
+                set.join(" and "),
+                pin.device
+            )));
+        }
         let new_pin = Pin { profile: Some(pin.profile.clone()), variant: pin.variant.clone() };
         let mut pins = self.planner.pins();
         pins.insert(pin.device.clone(), new_pin.clone());
         let plan = self.planner.plan(&inputs, pins.clone(), false).await;
         let targets: Vec<&str> =
             if pin.device == "default" { devices.clone() } else { vec![pin.device.as_str()] };
-        // A `default` pin must fit every device: one it did not fit would get no engine at all
-        // (the planner honours pins strictly). Devices with their own pin keep it.
+        // A `default` pin must fit every device that gets an engine: one it did not fit would
+        // get none at all (the planner honours pins strictly). Devices with their own pin keep
+        // it, and devices no engine serves whatever the pin (the CPU beside GPUs) are left out.
         let mut groups = Vec::new();
         for device in targets.iter().filter(|d| pin.device != "default" || !pins.contains_key(**d)) {
+            if pin.device == "default" && served_by_none(&plan, device) {
+                continue;
+            }
             groups.push(eligibility(&plan, device, &pin).map_err(ActionError::Invalid)?);
         }
         if groups.is_empty() {
             return Err(ActionError::Invalid(format!("no device would use the {} pin", pin.device)));
         }
         let busy = self.begin(&format!("a profile switch of {}", pin.device))?;
-        // Persist first: a restart of the supervisor keeps the operator's choice.
+        // Checked now so a broken pins file answers the request; written once the engines run.
         let path = self.planner.config().state_dir.join(PINS_FILE);
-        let mut file =
-            PinsFile::load(&path).map_err(|e| ActionError::Failed(e.to_string()))?.unwrap_or_default();
-        file.pin.insert(pin.device.clone(), new_pin);
-        file.save(&path).map_err(|e| ActionError::Failed(format!("{}: {e}", path.display())))?;
-        self.planner.set_pins(pins);
+        PinsFile::load(&path).map_err(|e| ActionError::Failed(e.to_string()))?;
+        let mut previous = Vec::new();
+        for group in &groups {
+            previous.push(self.engines.group(&group.name).await);
+        }
         let names: Vec<String> = groups
             .iter()
             .map(|g| format!("{} on {}/{}", g.name, g.choice.variant, g.choice.profile))
@@ -192,10 +213,82 @@ impl Control {
                 names.join(", ")
             ),
         );
-        self.spawn_restarts(busy, groups, "profile switch");
+        let switch = PinSwitch { device: pin.device.clone(), pin: new_pin, pins, path, groups, previous };
+        self.spawn_switch(busy, switch);
         Ok(Accepted {
             message: format!("pinned {} to {}; restarting {}", pin.device, pin.profile, names.join(", ")),
         })
+    }
+
+    /// Restarts the switched engines on their new choice. Only once every one is ready is the pin
+    /// kept (in memory and in `pins.toml`); if one fails, each goes back to what it ran before
+    /// (an engine the switch started is stopped) and the pin is dropped, so the supervisor's next
+    /// start does not repeat the failure.
+    fn spawn_switch(&self, busy: Busy, switch: PinSwitch) {
+        let (engines, planner, status) = (self.engines.clone(), self.planner.clone(), self.status.clone());
+        let event = move |level, message: String| status.event(SOURCE, level, message);
+        tokio::spawn(async move {
+            let _busy = busy;
+            let begun = Instant::now();
+            let mut failure = None;
+            for group in &switch.groups {
+                match engines.restart_until_ready(group.clone()).await {
+                    Ok(()) => event(
+                        Level::Info,
+                        format!(
+                            "{}: profile switch done, ready {} ms after the request",
+                            group.name,
+                            begun.elapsed().as_millis()
+                        ),
+                    ),
+                    Err(e) => {
+                        failure = Some(format!("{}: {e}", group.name));
+                        break;
+                    }
+                }
+            }
+            let Some(failure) = failure else {
+                planner.set_pins(switch.pins);
+                let saved = PinsFile::load(&switch.path).and_then(|file| {
+                    let mut file = file.unwrap_or_default();
+                    file.pin.insert(switch.device.clone(), switch.pin);
+                    file.save(&switch.path).map_err(|e| crate::config::ConfigError::Value {
+                        key: "pin",
+                        message: format!("{}: {e}", switch.path.display()),
+                    })
+                });
+                if let Err(e) = saved {
+                    event(
+                        Level::Error,
+                        format!("{}: the pin holds until the supervisor restarts: {e}", switch.device),
+                    );
+                }
+                return;
+            };
+            event(Level::Error, format!("profile switch of {} failed: {failure}; going back", switch.device));
+            let mut back = Vec::new();
+            for (group, previous) in switch.groups.iter().zip(switch.previous) {
+                match previous {
+                    Some(previous) => {
+                        let choice = format!("{}/{}", previous.choice.variant, previous.choice.profile);
+                        match engines.restart_until_ready(previous).await {
+                            Ok(()) => back.push(format!("{} on {choice}", group.name)),
+                            Err(e) => {
+                                event(Level::Error, format!("{}: going back to {choice}: {e}", group.name))
+                            }
+                        }
+                    }
+                    None => {
+                        engines.remove(&group.name).await;
+                        back.push(format!("{} stopped", group.name));
+                    }
+                }
+            }
+            event(
+                Level::Warn,
+                format!("{}: the pin was not kept; back to {}", switch.device, back.join(", ")),
+            );
+        });
     }
 
     fn updater(&self) -> Result<Updater, ActionError> {
@@ -315,6 +408,22 @@ impl Control {
         );
         Ok(Accepted { message: format!("fan mode of {device}: {name}") })
     }
+}
+
+/// A profile switch in flight: the pin, where it is saved, and each switched engine's new group
+/// beside what it ran before (none for a device the switch gives its first engine).
+struct PinSwitch {
+    device: String,
+    pin: Pin,
+    pins: std::collections::BTreeMap<String, Pin>,
+    path: std::path::PathBuf,
+    groups: Vec<crate::plan::GroupPlan>,
+    previous: Vec<Option<crate::plan::GroupPlan>>,
+}
+
+/// `device` gets no engine in `plan` and no profile could change that (the CPU beside GPUs).
+fn served_by_none(plan: &Plan, device: &str) -> bool {
+    plan.unplanned.iter().any(|u| u.device == device && u.candidates.is_empty())
 }
 
 /// The group `device` gets in `plan` when it runs what `pin` asks for, or why it does not.
@@ -465,6 +574,12 @@ mod tests {
         drop(busy);
         control.restart("engine-cpu".into()).await.expect("restart accepted once free");
         engines.stop_all().await.unwrap();
+        // An action that reaches the engines after the supervisor stopped them starts nothing.
+        match engines.restart(group("engine-cpu", "tiny")).await {
+            Err(crate::runtime::RuntimeError::Task { message, .. }) => assert!(message.contains("stopping")),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(engines.names().await.is_empty());
     }
 
     #[tokio::test]

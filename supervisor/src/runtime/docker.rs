@@ -438,20 +438,26 @@ impl EngineRuntime for DockerRuntime {
 
     async fn adopt(&self, name: &str, choice: &Choice) -> Result<Option<DockerInstance>, RuntimeError> {
         let hash = plan_hash(choice, &self.image);
+        // The tag names the image; a new build pulled under the same tag must not keep the old
+        // engine. An image that cannot be inspected right now does not cost a running engine.
+        let image_id = self.image_id().await;
         let mut adopted = None;
         // A die after this instant is of the run being adopted (it was running when listed);
         // one between listing and subscribing is replayed, and the watcher's first inspect
         // catches it too.
         let listed = unix_nanos();
         for c in self.containers_of(name).await? {
-            if adopted.is_none() && c.running && c.plan == hash {
+            let same_image = image_id.as_deref().is_none_or(|id| id == c.image_id);
+            if adopted.is_none() && c.running && c.plan == hash && same_image {
                 adopted = Some(c.id);
             } else {
                 tracing::info!(engine = name, container = %c.id, "removing stale engine container");
                 self.remove(&c.id).await?;
             }
         }
-        let adopted = adopted.map(|id| self.instance(name, id, listed, None));
+        // Its log from now on: what it printed before was forwarded by the supervisor that
+        // started it, and a container up for weeks has a long history.
+        let adopted = adopted.map(|id| self.instance(name, id, listed, Some(listed)));
         if let Some(instance) = &adopted {
             instance.watch_process();
         }

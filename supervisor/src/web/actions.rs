@@ -24,6 +24,9 @@ pub enum ActionError {
     NotFound(String),
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The request is sound but something that outranks the API says otherwise: HTTP 409.
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// This supervisor cannot do it (yet, or in this mode): HTTP 501.
     #[error("not implemented: {0}")]
     NotImplemented(String),

@@ -60,8 +60,8 @@ impl WebSettings {
     pub fn from_config(config: &Config) -> Result<Self, WebError> {
         let (token, created) = ApiToken::load_or_create(&config.state_dir)?;
         if created {
-            // Printed once, at creation; `lucebox token` prints it again on demand.
-            tracing::info!(path = %token.path().display(), "created API token {}", token.secret());
+            // The secret stays in its 0600 file: a journal is readable by more people.
+            tracing::info!(path = %token.path().display(), "created the API token; `lucebox token` prints it");
         }
         Ok(Self {
             token,

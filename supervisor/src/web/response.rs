@@ -113,6 +113,7 @@ impl From<ActionError> for ApiError {
             ActionError::Locked(_) => Self::new(StatusCode::LOCKED, "locked", message),
             ActionError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "not-found", message),
             ActionError::Invalid(_) => Self::new(StatusCode::BAD_REQUEST, "bad-request", message),
+            ActionError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
             ActionError::NotImplemented(_) => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "not-implemented", message)
             }
@@ -131,6 +132,7 @@ mod tests {
             (ActionError::Locked("ota".into()), StatusCode::LOCKED),
             (ActionError::NotFound("x".into()), StatusCode::NOT_FOUND),
             (ActionError::Invalid("x".into()), StatusCode::BAD_REQUEST),
+            (ActionError::Conflict("x".into()), StatusCode::CONFLICT),
             (ActionError::NotImplemented("x".into()), StatusCode::NOT_IMPLEMENTED),
             (ActionError::Failed("x".into()), StatusCode::INTERNAL_SERVER_ERROR),
         ];
