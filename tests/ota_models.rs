@@ -94,3 +94,34 @@ async fn wrong_content_is_refused_and_not_kept() {
     assert!(matches!(err, ModelError::HashMismatch { .. }), "{err}");
     assert!(store.list().unwrap().is_empty());
 }
+
+/// `lucebox models gc` runs under the update lock: while an update holds it (and may be
+/// downloading a model its set does not record yet), gc refuses and removes nothing; free, it
+/// collects what no set references.
+#[test]
+fn models_gc_waits_for_no_update_and_then_collects() {
+    let state = tempfile::tempdir().unwrap();
+    let models = state.path().join("models/sha256");
+    std::fs::create_dir_all(&models).unwrap();
+    let partial = models.join(format!("{}.partial", sha256_hex(b"being downloaded")));
+    std::fs::write(&partial, b"being down").unwrap();
+    let gc = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lucebox"))
+            .args(["models", "gc"])
+            .env("LUCEBOX_STATE_DIR", state.path())
+            .env_remove("LUCEBOX_CONFIG")
+            .env_remove("LUCEBOX_MODELS_DIR")
+            .output()
+            .unwrap()
+    };
+    let held = lucebox::ota::UpdateLock::acquire(&state.path().join("ota"), "ota apply", None).unwrap();
+    let refused = gc();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "gc ran under an update");
+    assert!(stderr.contains("update locked by") && stderr.contains("ota apply"), "{stderr}");
+    assert!(partial.exists(), "the update's download was removed");
+    drop(held);
+    let done = gc();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(!partial.exists(), "nothing references it once the update is gone");
+}

@@ -68,6 +68,13 @@ fn rejection_reasons_say_why() {
     let plan = plan_json("rtx3090-desktop", &[]);
     let reasons = group(&plan, "0000:01:00.0")["candidates"].to_string();
     assert!(reasons.contains("needs ≥ 28000 MiB usable, device has 24075"), "{reasons}");
+    // The MoE profiles fit their memory by keeping cold experts in host RAM, which only
+    // llama-server can be told to do: dflash_server would load every expert on the card.
+    assert!(
+        reasons
+            .contains("dflash_server has no cpu_moe_layers setting, which the profile's 14000 MiB counts on"),
+        "{reasons}"
+    );
 }
 
 #[test]
@@ -77,10 +84,10 @@ fn lucebox_runs_two_engines_on_two_devices_and_ports() {
     assert_eq!(groups.len(), 2);
     assert_ne!(groups[0]["devices"], groups[1]["devices"]);
     assert_ne!(groups[0]["choice"]["launch"]["port"], groups[1]["choice"]["launch"]["port"]);
-    assert_ne!(
-        groups[0]["choice"]["launch"]["env"]["ROCR_VISIBLE_DEVICES"],
-        groups[1]["choice"]["launch"]["env"]["ROCR_VISIBLE_DEVICES"]
-    );
+    // ROCm numbers GPUs in KFD node order: in this tree node 1 is the Strix Halo (c3:00.0) and
+    // node 2 the R9700 (03:00.0), the reverse of PCI order.
+    assert_eq!(group(&plan, "0000:c3:00.0")["choice"]["launch"]["env"]["ROCR_VISIBLE_DEVICES"], "0");
+    assert_eq!(group(&plan, "0000:03:00.0")["choice"]["launch"]["env"]["ROCR_VISIBLE_DEVICES"], "1");
     for g in groups {
         assert_eq!(
             g["choice"]["launch"]["container"]["devices"],
@@ -350,4 +357,38 @@ fn docker_without_the_nvidia_toolkit_plans_the_gpu_out_with_the_fix() {
             .arg(host_fixture("rtx3090-desktop")),
     ));
     assert_eq!(group(&process_plan, "0000:01:00.0")["choice"]["variant"], "cuda");
+}
+
+/// A GPU whose every build failed its smoke start would crash-loop with nothing to step down to:
+/// it gets no engine, naming why, and with no GPU left serving the CPU is planned in its place
+/// (the 3090 box's CPU had been left out because the GPU served).
+#[test]
+fn a_gpu_whose_builds_all_fail_their_smoke_start_gives_its_place_to_the_cpu() {
+    use lucebox::plan::{cpu_instead_of_failed_gpus, inputs::PlanInputs, make_plan, Proof};
+    let detection = lucebox::hardware::detect(
+        &lucebox::hardware::SysRoot::new(host_fixture("rtx3090-desktop")),
+        &lucebox::hardware::DetectOptions::default(),
+    );
+    let config = lucebox::config::Config::default();
+    let profiles = repo_root().join("profiles");
+    let inputs =
+        PlanInputs::load(&config, Some(&profiles), Some(&repo_root().join("engine/variants.toml"))).unwrap();
+    let settings = inputs.settings(&config, None, false);
+    let mut plan = make_plan(&detection, &inputs.manifest, &inputs.profiles, &settings);
+    assert_eq!(plan.groups.len(), 1, "{plan:#?}");
+    assert!(plan.unplanned.iter().any(|u| u.device == "cpu" && u.reason == "GPUs serve the models"));
+    let proven = plan.clone();
+    let untouched =
+        cpu_instead_of_failed_gpus(&mut plan, &detection, &inputs.manifest, &inputs.profiles, &settings);
+    assert!(!untouched && plan == proven, "nothing failed, nothing changes");
+
+    plan.groups[0].proof = Proof::Failed { reason: "cuda: engine exited with exit status: 1".into() };
+    assert!(cpu_instead_of_failed_gpus(&mut plan, &detection, &inputs.manifest, &inputs.profiles, &settings));
+    assert_eq!(plan.groups.len(), 1);
+    assert_eq!(plan.groups[0].devices, ["cpu"], "{plan:#?}");
+    assert_eq!(plan.groups[0].choice.variant, "cpu");
+    let gpu = plan.unplanned.iter().find(|u| u.device == "0000:01:00.0").expect("the GPU is unplanned");
+    assert!(gpu.reason.contains("smoke start") && gpu.reason.contains("exit status: 1"), "{}", gpu.reason);
+    assert!(!gpu.candidates.is_empty(), "its candidates are kept, with their reasons");
+    assert!(!plan.unplanned.iter().any(|u| u.device == "cpu"), "{plan:#?}");
 }

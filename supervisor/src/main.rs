@@ -248,7 +248,14 @@ fn plan(config: &Config, args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     if !args.no_smoke && root.is_live() {
         match lucebox::runtime::smoke_start_unavailable(config) {
-            None => lucebox::plan::smoke::prove(&mut plan, &detection, &inputs.smoke_settings(config)),
+            None => lucebox::plan::prove(
+                &mut plan,
+                &detection,
+                &inputs.manifest,
+                &inputs.profiles,
+                &settings,
+                &inputs.smoke_settings(config),
+            ),
             Some(why) => eprintln!("lucebox plan: no smoke start: {why}"),
         }
     }

@@ -58,6 +58,11 @@ impl EngineSet {
         self.running.lock().await.get(engine).map(|r| r.group.clone())
     }
 
+    /// The devices the running engines serve.
+    pub async fn served_devices(&self) -> std::collections::BTreeSet<String> {
+        self.running.lock().await.values().flat_map(|r| r.group.devices.iter().cloned()).collect()
+    }
+
     pub async fn names(&self) -> Vec<String> {
         self.running.lock().await.keys().cloned().collect()
     }

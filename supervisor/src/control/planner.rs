@@ -77,9 +77,10 @@ impl Planner {
         }
         if smoke && self.smoke {
             let (smoke, detection) = (inputs.smoke_settings(&self.config), self.detection.clone());
+            let (manifest, profiles) = (inputs.manifest.clone(), inputs.profiles.clone());
             let unproven = plan.clone();
             plan = tokio::task::spawn_blocking(move || {
-                plan::smoke::prove(&mut plan, &detection, &smoke);
+                plan::prove(&mut plan, &detection, &manifest, &profiles, &settings, &smoke);
                 plan
             })
             .await

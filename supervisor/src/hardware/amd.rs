@@ -42,9 +42,13 @@ pub fn probe(
     let kfd = read_kfd_nodes(root, warnings);
     pci.iter()
         .map(|p| {
-            let from_kfd = kfd.iter().find(|n| n.address == p.address);
+            // ROCm numbers its GPUs in KFD node order, which need not be PCI order.
+            let rocm_index = kfd.iter().position(|n| n.address == p.address);
+            let from_kfd = rocm_index.map(|i| &kfd[i]);
             let from_library = library.iter().find(|g| g.address == p.address);
-            build_device(root, p, from_kfd, from_library, host)
+            let mut device = build_device(root, p, from_kfd, from_library, host);
+            device.rocm_index = rocm_index.and_then(|i| u32::try_from(i).ok());
+            device
         })
         .collect()
 }
@@ -56,12 +60,17 @@ struct KfdNode {
     unique_id: Option<u64>,
 }
 
-/// GPU nodes of `/sys/class/kfd/kfd/topology/nodes/*/properties` (CPU nodes have no gfx target).
+/// GPU nodes of `/sys/class/kfd/kfd/topology/nodes/*/properties` (CPU nodes have no gfx target),
+/// in node order: the order ROCm numbers its GPUs in.
 fn read_kfd_nodes(root: &SysRoot, warnings: &mut Vec<String>) -> Vec<KfdNode> {
     let dir = root.path("/sys/class/kfd/kfd/topology/nodes");
     let Ok(entries) = fs::read_dir(&dir) else { return Vec::new() };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    // Numbered folders, read in number order (10 after 9); anything else after them.
+    entries
+        .sort_by_key(|e| (e.file_name().to_string_lossy().parse::<u32>().unwrap_or(u32::MAX), e.file_name()));
     let mut nodes = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries {
         let path = entry.path().join("properties");
         let text = match sysfs::read_trimmed(&path) {
             Ok(text) => text,
@@ -217,6 +226,8 @@ fn build_device(
         warnings,
         uid,
         telemetry,
+        // Set by the caller, which knows the KFD node order.
+        rocm_index: None,
     }
 }
 

@@ -121,6 +121,10 @@ pub struct Device {
     /// Stable identity for per-device state (NVML UUID, or PCI address plus serial).
     pub uid: Option<String>,
     pub telemetry: Telemetry,
+    /// AMD: the GPU's place among the GPU nodes of the KFD topology, which is how ROCm (and so
+    /// `ROCR_VISIBLE_DEVICES`) numbers GPUs; not necessarily PCI order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_index: Option<u32>,
 }
 
 impl Device {
@@ -141,6 +145,7 @@ impl Device {
             warnings: Vec::new(),
             uid: None,
             telemetry: Telemetry::default(),
+            rocm_index: None,
         }
     }
 }

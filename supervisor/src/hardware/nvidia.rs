@@ -265,6 +265,7 @@ fn build_device(
             sysfs_path: Some(pci.sysfs_dir.display().to_string()),
             hwmon_path: None,
         },
+        rocm_index: None,
     }
 }
 

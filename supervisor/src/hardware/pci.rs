@@ -114,6 +114,7 @@ pub fn generic_device(pci: &PciDevice) -> Device {
             sysfs_path: Some(pci.sysfs_dir.display().to_string()),
             ..Telemetry::default()
         },
+        rocm_index: None,
     }
 }
 

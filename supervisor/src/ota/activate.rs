@@ -26,6 +26,13 @@ pub trait Activator: Send + Sync {
     /// `set_dir` is the content-addressed directory of the set (`sets/current` points at it).
     fn activate<'a>(&'a self, set_dir: &'a Path) -> ActivationFuture<'a>;
 
+    /// Activates a set the box is moving to (an update, or a rollback by hand), as opposed to one
+    /// it is being restored to: a gate may ask more of it, such as serving every device the
+    /// running set serves. By default the same as [`Activator::activate`].
+    fn activate_candidate<'a>(&'a self, set_dir: &'a Path) -> ActivationFuture<'a> {
+        self.activate(set_dir)
+    }
+
     /// Restarts the engines on the image's built-in profiles: after the first update of a box
     /// (no committed set to go back to) failed its gate. Gates that run nothing need not.
     fn activate_builtin(&self) -> ActivationFuture<'_> {

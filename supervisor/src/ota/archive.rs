@@ -99,19 +99,28 @@ pub fn build(files: &[(String, Vec<u8>)]) -> Result<Vec<u8>, ArchiveError> {
     Ok(out)
 }
 
-/// Writes every entry below `dest` (which must exist) and fsyncs each file, so a later rename of
-/// `dest` publishes complete contents.
+/// Writes every entry below `dest` (which must exist) and fsyncs each file and then each folder
+/// (the deepest first, `dest` last), so a later rename of `dest` publishes complete contents even
+/// across a power cut.
 pub fn unpack(bytes: &[u8], dest: &Path) -> Result<usize, ArchiveError> {
     let entries = entries(bytes)?;
+    let mut folders = std::collections::BTreeSet::from([dest.to_path_buf()]);
     for entry in &entries {
         let path = dest.join(&entry.path);
         let io = |source| ArchiveError::Io { path: path.clone(), source };
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io)?;
+            folders.extend(parent.ancestors().take_while(|a| a.starts_with(dest)).map(Path::to_path_buf));
         }
         let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(io)?;
         file.write_all(entry.data).map_err(io)?;
         file.sync_all().map_err(io)?;
+    }
+    let mut folders: Vec<_> = folders.into_iter().collect();
+    folders.sort_by_key(|f| std::cmp::Reverse(f.components().count()));
+    for folder in folders {
+        let io = |source| ArchiveError::Io { path: folder.clone(), source };
+        fs::File::open(&folder).and_then(|f| f.sync_all()).map_err(io)?;
     }
     Ok(entries.len())
 }

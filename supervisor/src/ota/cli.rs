@@ -324,8 +324,12 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
 
 async fn run_models(config: &Config, command: ModelsCommand) -> anyhow::Result<ExitCode> {
     let store = ModelStore::new(&config.models_dir());
+    // Pulling and collecting share the store with an update, which downloads into it before its
+    // set is recorded: held apart by the update lock, as two updates are.
+    let lock = |purpose| crate::ota::UpdateLock::acquire(&paths(config).ota_dir(), purpose, None);
     match command {
         ModelsCommand::Pull(args) => {
+            let _lock = lock("models pull")?;
             let file = args
                 .manifest
                 .unwrap_or_else(|| config.state_dir.join("sets").join(CURRENT).join(MANIFEST_FILE));
@@ -358,6 +362,7 @@ async fn run_models(config: &Config, command: ModelsCommand) -> anyhow::Result<E
             Ok(ExitCode::SUCCESS)
         }
         ModelsCommand::Gc(args) => {
+            let _lock = lock("models gc")?;
             let referenced = updater::referenced_models(&paths(config))?;
             let removed = store.gc(&referenced)?;
             if args.json {

@@ -251,6 +251,9 @@ fn copy_local(url: &Url, partial: &Path, model: &ModelFile) -> Result<(), ModelE
         return Err(ModelError::Oversized { name: model.name.clone(), size: model.size });
     }
     fs::copy(&source, partial).map_err(io(partial))?;
+    // On disk before the rename that names it verified, as the download path does: a power cut
+    // after a journaled rename must not leave an empty model in the store.
+    fs::File::open(partial).and_then(|f| f.sync_all()).map_err(io(partial))?;
     Ok(())
 }
 

@@ -85,30 +85,55 @@ pub async fn load(
 ) -> Result<Repository, RepoError> {
     std::fs::create_dir_all(datastore).map_err(|source| RepoError::Io { path: datastore.into(), source })?;
     let root = newest_root(trusted_root, datastore);
-    RepositoryLoader::new(&root, source.metadata.clone(), source.targets.clone())
+    let repo = RepositoryLoader::new(&root, source.metadata.clone(), source.targets.clone())
         .transport(transport)
         .datastore(datastore)
         .expiration_enforcement(ExpirationEnforcement::Safe)
         .load()
         .await
-        .map_err(|e| RepoError::Rejected(chain(&e)))
+        .map_err(|e| RepoError::Rejected(chain(&e)))?;
+    keep_newest_root(&repo, datastore)?;
+    Ok(repo)
+}
+
+/// Our own copy of the newest verified root, beside tough's. tough rewrites its `root.json` in
+/// place on every load (no temp file, no fsync), so a power cut can leave it empty; this copy is
+/// written atomically and only ever moves forward.
+const NEWEST_ROOT: &str = "lucebox-newest-root.json";
+
+fn root_version(data: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<tough::schema::Signed<tough::schema::Root>>(data)
+        .ok()
+        .map(|r| r.signed.version.get())
+}
+
+fn keep_newest_root(repo: &Repository, datastore: &Path) -> Result<(), RepoError> {
+    let version = repo.root().signed.version.get();
+    let ours = datastore.join(NEWEST_ROOT);
+    if std::fs::read(&ours).ok().and_then(|d| root_version(&d)).is_some_and(|kept| kept >= version) {
+        return Ok(());
+    }
+    let bytes = match std::fs::read(datastore.join("root.json")) {
+        Ok(bytes) if root_version(&bytes) == Some(version) => bytes,
+        _ => serde_json::to_vec(repo.root()).map_err(|e| RepoError::Target(format!("encoding root: {e}")))?,
+    };
+    crate::fsutil::write_atomic(&ours, &bytes).map_err(|source| RepoError::Io { path: ours, source })
 }
 
 /// The root to start from: the one shipped with the box, or the newer one tough persisted in the
 /// datastore after following a rotation (it stores only roots that verified along the chain).
 /// tough always starts from the root it is given, so without this a box would keep trusting a
 /// rotated-out (perhaps compromised) key whenever a server withholds the newer `N.root.json`.
+/// Of the shipped root, our atomic copy and tough's, the newest that parses (tough's may be torn).
 fn newest_root(shipped: &[u8], datastore: &Path) -> Vec<u8> {
-    let version = |data: &[u8]| {
-        serde_json::from_slice::<tough::schema::Signed<tough::schema::Root>>(data)
-            .ok()
-            .map(|r| r.signed.version)
-    };
-    let Some(shipped_version) = version(shipped) else { return shipped.to_vec() };
-    match std::fs::read(datastore.join("root.json")) {
-        Ok(stored) if version(&stored).is_some_and(|v| v > shipped_version) => stored,
-        _ => shipped.to_vec(),
-    }
+    let Some(shipped_version) = root_version(shipped) else { return shipped.to_vec() };
+    let stored =
+        [NEWEST_ROOT, "root.json"].into_iter().filter_map(|name| std::fs::read(datastore.join(name)).ok());
+    stored
+        .filter_map(|data| root_version(&data).map(|v| (v, data)))
+        .filter(|(v, _)| *v > shipped_version)
+        .max_by_key(|(v, _)| *v)
+        .map_or_else(|| shipped.to_vec(), |(_, data)| data)
 }
 
 /// The profile set the verified repository offers.

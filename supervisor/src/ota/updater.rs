@@ -239,7 +239,7 @@ impl Updater {
         store.point(CURRENT, &candidate.sha256)?;
         pause(options.pause_after, Step::Swap).await;
 
-        match activator.activate(&store.set_dir(&candidate.sha256)).await {
+        match activator.activate_candidate(&store.set_dir(&candidate.sha256)).await {
             Ok(()) => {
                 pause(options.pause_after, Step::Activation).await;
                 record.previous = record.committed.take();
@@ -327,7 +327,7 @@ async fn rollback_locked(
     record.transition(OtaState::Activating { version: previous.version })?;
     record.save(&paths.ota_dir())?;
     store.point(CURRENT, &previous.sha256)?;
-    match activator.activate(&store.set_dir(&previous.sha256)).await {
+    match activator.activate_candidate(&store.set_dir(&previous.sha256)).await {
         Ok(()) => {
             record.committed = Some(previous.clone());
             record.previous = Some(committed.clone());

@@ -147,8 +147,7 @@ pub fn make_plan(
     profiles: &[Profile],
     settings: &PlanSettings,
 ) -> Plan {
-    let mut ranked: Vec<&Profile> = profiles.iter().collect();
-    ranked.sort_by(|a, b| b.spec.rank.cmp(&a.spec.rank).then_with(|| a.name.cmp(&b.name)));
+    let ranked = ranked(profiles);
 
     let mut plan = Plan::default();
     let gpus = detection.devices.iter().filter(|d| d.vendor != Vendor::Cpu);
@@ -170,6 +169,66 @@ pub fn make_plan(
         }
     }
     plan
+}
+
+/// Smoke-starts the plan ([`smoke::prove`]). A GPU whose every build then failed gets no engine
+/// (it would crash-loop with nothing to step down to), and where no GPU is left serving, the CPU
+/// is planned and proven in its place.
+pub fn prove(
+    plan: &mut Plan,
+    detection: &Detection,
+    manifest: &Manifest,
+    profiles: &[Profile],
+    settings: &PlanSettings,
+    smoke_settings: &smoke::SmokeSettings,
+) {
+    smoke::prove(plan, detection, smoke_settings);
+    if cpu_instead_of_failed_gpus(plan, detection, manifest, profiles, settings) {
+        smoke::prove(plan, detection, smoke_settings);
+    }
+}
+
+/// Moves the GPU groups whose smoke starts all failed to `unplanned`; when that leaves no group,
+/// plans the CPU (which [`make_plan`] left out while GPUs served). Returns whether it planned one.
+pub fn cpu_instead_of_failed_gpus(
+    plan: &mut Plan,
+    detection: &Detection,
+    manifest: &Manifest,
+    profiles: &[Profile],
+    settings: &PlanSettings,
+) -> bool {
+    let is_cpu = |id: &String| detection.devices.iter().any(|d| &d.id == id && d.vendor == Vendor::Cpu);
+    let (failed, kept): (Vec<GroupPlan>, Vec<GroupPlan>) = std::mem::take(&mut plan.groups)
+        .into_iter()
+        .partition(|g| matches!(g.proof, Proof::Failed { .. }) && !g.devices.iter().any(is_cpu));
+    plan.groups = kept;
+    for group in &failed {
+        let Proof::Failed { reason } = &group.proof else { continue };
+        for device in &group.devices {
+            plan.unplanned.push(Unplanned {
+                device: device.clone(),
+                reason: format!("no build passed its smoke start ({reason})"),
+                candidates: group.candidates.clone(),
+            });
+        }
+    }
+    if failed.is_empty() || !plan.groups.is_empty() {
+        return false;
+    }
+    let cpus: Vec<&Device> = detection.devices.iter().filter(|d| d.vendor == Vendor::Cpu).collect();
+    plan.unplanned.retain(|u| !cpus.iter().any(|c| c.id == u.device));
+    let ranked = ranked(profiles);
+    for device in cpus {
+        plan_device(plan, device, detection, manifest, &ranked, settings);
+    }
+    !plan.groups.is_empty()
+}
+
+/// Profiles best first: by rank, then by name (so ties never depend on the order files were read).
+fn ranked(profiles: &[Profile]) -> Vec<&Profile> {
+    let mut ranked: Vec<&Profile> = profiles.iter().collect();
+    ranked.sort_by(|a, b| b.spec.rank.cmp(&a.spec.rank).then_with(|| a.name.cmp(&b.name)));
+    ranked
 }
 
 fn plan_device(
@@ -213,6 +272,9 @@ fn plan_device(
                 }
             }
             let verdict = select::profile_fits(profile, variant, device)
+                .and_then(|()| {
+                    select::engine_keeps_its_size(profile, variant, manifest.engine.get(&variant.engine))
+                })
                 .and_then(|()| model_present(profile, settings));
             match verdict {
                 Ok(()) => {
@@ -403,8 +465,10 @@ fn render_launch(
             container.nvidia_gpus.push(id);
         }
         (Backend::Rocm, _) => {
-            // ROCR filters at the runtime level; HIP then numbers the visible GPUs from 0.
-            env.insert("ROCR_VISIBLE_DEVICES".into(), same_vendor_index.to_string());
+            // ROCR filters at the runtime level, counting in KFD node order; HIP then numbers the
+            // visible GPUs from 0.
+            let index = device.rocm_index.map_or(same_vendor_index, |i| i as usize);
+            env.insert("ROCR_VISIBLE_DEVICES".into(), index.to_string());
             container.devices = vec!["/dev/kfd".into(), "/dev/dri".into()];
         }
         (Backend::Vulkan, _) => {

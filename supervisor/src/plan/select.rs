@@ -1,7 +1,7 @@
 //! Eligibility: can this engine build run on this device, and can this profile run there?
 //! Each check answers with the reason a user reads in `lucebox plan`.
 
-use lucebox_engine::variants::{Backend, Variant};
+use lucebox_engine::variants::{Backend, EngineKind, Variant};
 use lucebox_engine::version;
 
 use super::profile::Profile;
@@ -79,6 +79,40 @@ fn arch_fits(variant: &Variant, arch: &str) -> Result<String, String> {
 /// `sm_86` → 86, `sm_120` → 120.
 pub fn sm_number(arch: &str) -> Option<u32> {
     arch.strip_prefix("sm_")?.parse().ok()
+}
+
+/// A profile's memory figure counts on its expert offload and KV cache types: an engine with no
+/// argument for one of them would drop it and need more memory than the profile says.
+pub fn engine_keeps_its_size(
+    profile: &Profile,
+    variant: &Variant,
+    engine: Option<&EngineKind>,
+) -> Result<(), String> {
+    let Some(engine) = engine else { return Ok(()) };
+    let e = &profile.spec.engine;
+    let sizing = [
+        ("cpu_moe_layers", e.cpu_moe_layers.is_some()),
+        ("cache_type_k", e.cache_type_k.is_some()),
+        ("cache_type_v", e.cache_type_v.is_some()),
+    ];
+    let placeholder = |key: &str| format!("{{{key}}}");
+    let dropped: Vec<&str> = sizing
+        .iter()
+        .filter(|(key, set)| {
+            *set && !engine.optional.contains_key(*key)
+                && !engine.args.iter().any(|a| a.contains(&placeholder(key)))
+        })
+        .map(|(key, _)| *key)
+        .collect();
+    if dropped.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} has no {} setting, which the profile's {} MiB counts on",
+        variant.engine,
+        dropped.join(" or "),
+        profile.spec.requirements.min_usable_mib
+    ))
 }
 
 /// Why a profile can run with this variant on this device, or cannot.

@@ -145,6 +145,15 @@ fn mark_rejected(candidates: &mut [Candidate], variant: &str, reason: &str) {
     }
 }
 
+/// How long a smoke start may take to be healthy. With the profile's own model (no tiny one to
+/// stand in) it loads all of it: the launch's own allowance, not the seconds a tiny model needs.
+fn watchdog(settings: &SmokeSettings, launch: &super::Launch) -> Duration {
+    match &settings.smoke_model {
+        Some(_) => settings.watchdog,
+        None => settings.watchdog.max(Duration::from_secs(launch.startup_allowance_s)),
+    }
+}
+
 /// Starts the engine on a free loopback port and waits for `/health` 200 under the watchdog.
 fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> {
     let launch = &choice.launch;
@@ -165,7 +174,7 @@ fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> 
     command.args(&args).envs(&launch.env).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let mut child =
         crate::exec::spawn_blocking(&mut command).map_err(|e| format!("{}: {e}", launch.program))?;
-    let deadline = Instant::now() + settings.watchdog;
+    let deadline = Instant::now() + watchdog(settings, launch);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let result = loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -223,6 +232,22 @@ mod tests {
         cache.record("gpu|cuda".into(), None, later);
         assert_eq!(cache.result("gpu|cuda", later * 10), Some(None), "proven at the retry");
         assert!(cache.failed_at.is_empty());
+    }
+
+    #[test]
+    fn a_start_on_the_profiles_own_model_gets_the_launchs_allowance() {
+        let launch = crate::plan::Launch { startup_allowance_s: 498, ..Default::default() };
+        let mut settings = SmokeSettings {
+            cache_file: PathBuf::new(),
+            image_build: String::new(),
+            smoke_model: Some(PathBuf::from("tiny.gguf")),
+            watchdog: Duration::from_secs(60),
+        };
+        assert_eq!(watchdog(&settings, &launch), Duration::from_secs(60), "the tiny model loads at once");
+        settings.smoke_model = None;
+        assert_eq!(watchdog(&settings, &launch), Duration::from_secs(498), "93 GB on a cold disk");
+        let small = crate::plan::Launch { startup_allowance_s: 35, ..launch };
+        assert_eq!(watchdog(&settings, &small), Duration::from_secs(60), "never under the watchdog");
     }
 
     #[test]
