@@ -312,3 +312,18 @@ fn this_machine_detects_the_cpu_and_exits_zero() {
     let table = run_ok(lucebox().arg("detect"));
     assert!(String::from_utf8_lossy(&table.stdout).contains("cpu"));
 }
+
+/// A container given one GPU of two (a Kubernetes device plugin, `--device /dev/dri/renderD128`)
+/// still sees both on PCI: the one whose own render node is missing is not usable, and says so.
+#[test]
+fn an_amd_gpu_whose_own_render_node_is_missing_is_not_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    copy_tree(&host_fixture("lucebox-r9700-strix"), &root);
+    std::fs::remove_file(root.join("dev/dri/renderD129")).unwrap();
+    let detection = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let r9700 = device(&detection, "0000:03:00.0");
+    assert_eq!(r9700["accessible"], false, "{r9700:#}");
+    assert!(r9700["warnings"].to_string().contains("/dev/dri/renderD129"), "{r9700:#}");
+    assert_eq!(device(&detection, "0000:c3:00.0")["accessible"], true, "its render node is here");
+}

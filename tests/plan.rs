@@ -60,6 +60,12 @@ fn rejection_reasons_say_why() {
     let reasons = group(&plan, "0000:01:00.0")["candidates"].to_string();
     assert!(reasons.contains("driver 550.144.03 older than 570.26"), "{reasons}");
     assert!(reasons.contains("needs ≥ 14000 MiB usable, device has 10896"), "{reasons}");
+    // The Vulkan build on an NVIDIA card: CUDA_VISIBLE_DEVICES does not filter Vulkan devices, and
+    // NVIDIA's Vulkan driver is mounted only with the graphics capability.
+    let env = &group(&plan, "0000:01:00.0")["choice"]["launch"]["env"];
+    let pci = group(&plan, "0000:01:00.0")["choice"]["launch"]["env"]["MESA_VK_DEVICE_SELECT"].clone();
+    assert!(pci.as_str().is_some_and(|p| p.starts_with("10de:") && p.ends_with('!')), "{env}");
+    assert_eq!(env["NVIDIA_DRIVER_CAPABILITIES"], "compute,utility,graphics", "{env}");
 
     let plan = plan_json("unknown-amd", &[]);
     let reasons = group(&plan, "0000:0d:00.0")["candidates"].to_string();

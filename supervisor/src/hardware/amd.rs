@@ -281,10 +281,28 @@ fn amd_accessible(root: &SysRoot, pci: &PciDevice, host: &Host, warnings: &mut V
         return false;
     }
     let kfd = root.path("/dev/kfd").exists();
-    let render = fs::read_dir(root.path("/dev/dri"))
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("renderD")))
-        .unwrap_or(false);
-    if kfd && render {
+    let render_nodes = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("renderD"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let present = render_nodes(&root.path("/dev/dri"));
+    // Its own render node, where sysfs names it: a container given one GPU of two (a Kubernetes
+    // device plugin, `--device /dev/dri/renderD128`) still sees both on PCI.
+    let own = render_nodes(&root.path(Path::new("/").join(&pci.sysfs_dir).join("drm")));
+    if let Some(missing) = own.iter().find(|n| !present.contains(n)).filter(|_| kfd && !present.is_empty()) {
+        warnings.push(format!(
+            "its render node /dev/dri/{missing} is not here (this container was given another GPU's): \
+             the GPU cannot be used from here"
+        ));
+        return false;
+    }
+    if kfd && !present.is_empty() {
         return true;
     }
     warnings.push(if host.in_container {

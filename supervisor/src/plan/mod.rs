@@ -460,6 +460,13 @@ fn render_launch(
                 .unwrap_or_else(|| same_vendor_index.to_string());
             env.insert("CUDA_VISIBLE_DEVICES".into(), id.clone());
             if variant.backend == Backend::Vulkan {
+                // CUDA_VISIBLE_DEVICES does not filter Vulkan: Mesa's device-select layer puts
+                // this card first (and alone), as on AMD; the container toolkit mounts NVIDIA's
+                // Vulkan driver only with the graphics capability.
+                if let Some(pci) = &device.pci_id {
+                    env.insert("MESA_VK_DEVICE_SELECT".into(), format!("{pci}!"));
+                }
+                env.insert("NVIDIA_DRIVER_CAPABILITIES".into(), "compute,utility,graphics".into());
                 env.insert("GGML_VK_VISIBLE_DEVICES".into(), "0".into());
             }
             container.nvidia_gpus.push(id);
