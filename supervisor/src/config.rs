@@ -172,6 +172,14 @@ impl PinsFile {
         toml::from_str(&text).map(Some).map_err(|e| invalid(format!("{}: {e}", path.display())))
     }
 
+    /// Records `pin` for `device` in the file at `path`, keeping its other pins; written atomically.
+    pub fn record(path: &Path, device: &str, pin: Pin) -> Result<(), ConfigError> {
+        let mut file = Self::load(path)?.unwrap_or_default();
+        file.pin.insert(device.to_string(), pin);
+        file.save(path)
+            .map_err(|e| ConfigError::Value { key: "pin", message: format!("{}: {e}", path.display()) })
+    }
+
     /// Written atomically, so a crash leaves the old pins or the new ones.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let text = toml::to_string(self).map_err(std::io::Error::other)?;

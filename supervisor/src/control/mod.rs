@@ -249,15 +249,7 @@ impl Control {
             }
             let Some(failure) = failure else {
                 planner.set_pins(switch.pins);
-                let saved = PinsFile::load(&switch.path).and_then(|file| {
-                    let mut file = file.unwrap_or_default();
-                    file.pin.insert(switch.device.clone(), switch.pin);
-                    file.save(&switch.path).map_err(|e| crate::config::ConfigError::Value {
-                        key: "pin",
-                        message: format!("{}: {e}", switch.path.display()),
-                    })
-                });
-                if let Err(e) = saved {
+                if let Err(e) = PinsFile::record(&switch.path, &switch.device, switch.pin) {
                     event(
                         Level::Error,
                         format!("{}: the pin holds until the supervisor restarts: {e}", switch.device),
