@@ -101,30 +101,28 @@ impl Control {
             return Err(ActionError::NotFound(format!("no engine {engine:?} (engines: {known})")));
         };
         self.event(Level::Info, format!("{engine}: restart requested through the API"));
-        self.spawn_restarts(busy, vec![group], "restart");
+        self.spawn_restart(busy, group);
         Ok(Accepted { message: format!("restarting {engine}") })
     }
 
-    /// Restarts each of `groups` in turn in the background and reports how long each took to be
-    /// ready after the request.
-    fn spawn_restarts(&self, busy: Busy, groups: Vec<crate::plan::GroupPlan>, why: &'static str) {
+    /// Restarts `group`'s engine in the background and reports how long it took to be ready
+    /// after the request.
+    fn spawn_restart(&self, busy: Busy, group: crate::plan::GroupPlan) {
         let (engines, status) = (self.engines.clone(), self.status.clone());
         tokio::spawn(async move {
             let _busy = busy;
             let begun = Instant::now();
-            for group in groups {
-                let name = group.name.clone();
-                match engines.restart_until_ready(group).await {
-                    Ok(()) => status.event(
-                        SOURCE,
-                        Level::Info,
-                        format!(
-                            "{name}: {why} done, ready {} ms after the request",
-                            begun.elapsed().as_millis()
-                        ),
+            let name = group.name.clone();
+            match engines.restart_until_ready(group).await {
+                Ok(()) => status.event(
+                    SOURCE,
+                    Level::Info,
+                    format!(
+                        "{name}: restart done, ready {} ms after the request",
+                        begun.elapsed().as_millis()
                     ),
-                    Err(e) => status.event(SOURCE, Level::Error, format!("{name}: {why}: {e}")),
-                }
+                ),
+                Err(e) => status.event(SOURCE, Level::Error, format!("{name}: restart: {e}")),
             }
         });
     }
