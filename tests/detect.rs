@@ -327,3 +327,54 @@ fn an_amd_gpu_whose_own_render_node_is_missing_is_not_usable() {
     assert!(r9700["warnings"].to_string().contains("/dev/dri/renderD129"), "{r9700:#}");
     assert_eq!(device(&detection, "0000:c3:00.0")["accessible"], true, "its render node is here");
 }
+
+/// Docker Desktop on Windows (WSL2): the GPU is lent through `/dev/dxg` and is not on Linux's
+/// PCI bus, which shows only Microsoft's paravirtual adapter. NVML names the card; it is usable,
+/// reached by its UUID, and the adapter is not listed beside it. Without NVML the adapter is
+/// listed, unusable, with what to install.
+#[test]
+fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = build_fake_nvml(dir.path());
+    let root = host_fixture("wsl2-rtx4090");
+    let detection = detect_with_fake_nvml(&root, &lib);
+    let gpu = device(&detection, "0000:01:00.0");
+    assert_eq!(gpu["model"], "RTX 4090", "{gpu:#}");
+    assert_eq!(gpu["arch"], "sm_89", "{gpu:#}");
+    assert_eq!(gpu["pci_id"], "10de:2684", "{gpu:#}");
+    assert_eq!(gpu["memory"]["dedicated_mib"], 24564);
+    assert_eq!(gpu["memory"]["measured"], true);
+    assert_eq!(gpu["accessible"], true, "no /dev/nvidia* under WSL2, and none needed: {gpu:#}");
+    assert_eq!(gpu["sources"], serde_json::json!(["nvml", "wsl-dxg"]));
+    assert_eq!(gpu["uid"], "GPU-3f9b2c71-8e4d-4a06-b5c2-7d1e0a9f6c43");
+    assert!(gpu["warnings"][0].as_str().unwrap().contains("Windows driver keeps its fans"), "{gpu:#}");
+    assert_eq!(gpus(&detection).len(), 1, "the paravirtual adapter is the same GPU: {detection:#}");
+    assert_eq!(detection["host"]["drivers"]["nvidia"], "572.83");
+
+    let plan = json_of(&run_ok(
+        lucebox()
+            .args(["plan", "--json", "--root"])
+            .arg(&root)
+            .arg("--nvml-lib")
+            .arg(&lib)
+            .env("FAKE_NVML_CONFIG", root.join("nvml.json")),
+    ));
+    let group = plan["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["devices"][0] == "0000:01:00.0")
+        .unwrap_or_else(|| panic!("no engine for the lent GPU: {plan:#}"));
+    assert_eq!(group["choice"]["variant"], "cuda", "{group:#}");
+    assert_eq!(
+        group["choice"]["launch"]["env"]["CUDA_VISIBLE_DEVICES"], "GPU-3f9b2c71-8e4d-4a06-b5c2-7d1e0a9f6c43",
+        "{group:#}"
+    );
+
+    let without_nvml = detect_json("wsl2-rtx4090");
+    let adapter = device(&without_nvml, "8756:00:00.0");
+    assert_eq!(adapter["accessible"], false, "{adapter:#}");
+    assert_eq!(adapter["model"], "WSL2 paravirtual GPU adapter");
+    assert!(adapter["warnings"][0].as_str().unwrap().contains("--gpus all"), "{adapter:#}");
+    assert!(!without_nvml["devices"].as_array().unwrap().iter().any(|d| d["vendor"] == "nvidia"));
+}

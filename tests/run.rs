@@ -203,3 +203,42 @@ fn run_tells_the_boards_hooks_of_its_start_an_engine_crash_and_its_stop() {
     let last_fan_auto = all.iter().rposition(named("fan-auto")).expect("the fan loop sent fan-auto");
     assert!(last_set_fan < last_fan_auto && last_fan_auto < all.len() - 1, "{all:?}");
 }
+
+/// Docker Desktop on Windows (WSL2): the supervisor serves the GPU Windows lends through
+/// `/dev/dxg` (the CPU llama-server stands in for the Vulkan build: the CUDA build is
+/// dflash_server, which the tiny profile does not run), hands it to the engine by its UUID, and
+/// never touches its fans, which the Windows driver keeps, though NVML offers one.
+#[test]
+fn run_serves_a_gpu_lent_by_windows_and_leaves_its_fans_alone() {
+    let mut rig = RunRig::new();
+    let (root, profiles) = rig.on_captured_host("wsl2-rtx4090", "vulkan");
+    let lib = build_fake_nvml(rig.dir.path());
+    let fan_log = rig.dir.path().join("nvml-fan.log");
+    let mut command = rig.command();
+    command
+        .env("LUCEBOX_ROOT", &root)
+        .env("LUCEBOX_PROFILES_DIR", &profiles)
+        .env("LUCEBOX_NVML_LIB", &lib)
+        .env("FAKE_NVML_CONFIG", root.join("nvml.json"))
+        .env("FAKE_NVML_LOG", &fan_log);
+    rig.spawn(command);
+    let engine = "engine-0000-01-00-0";
+    let status = || -> Option<serde_json::Value> {
+        let (_, body) = http(rig.web_port, "GET", "/api/v1/status", "")?;
+        serde_json::from_str(&body).ok()
+    };
+    wait_for("the lent GPU's engine to be ready", Duration::from_secs(60), || {
+        status().is_some_and(|s| s["engines"][engine]["state"]["state"] == "ready")
+    });
+    let status = status().unwrap();
+    let pid: i32 = status["engines"][engine]["instance"].as_str().unwrap().parse().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let uuid = b"CUDA_VISIBLE_DEVICES=GPU-3f9b2c71-8e4d-4a06-b5c2-7d1e0a9f6c43".as_slice();
+    assert!(environ.split(|b| *b == 0).any(|v| v == uuid), "the engine reaches the card by its UUID");
+    // A fan loop would have driven NVML's fan within a few periods of the engine's start.
+    std::thread::sleep(Duration::from_secs(3));
+    let exit = rig.terminate(Duration::from_secs(30));
+    assert!(exit.success(), "{exit}");
+    let writes = std::fs::read_to_string(&fan_log).unwrap_or_default();
+    assert_eq!(writes, "", "NVML was asked to change a fan Windows keeps");
+}

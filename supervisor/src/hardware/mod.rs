@@ -99,6 +99,8 @@ pub enum Source {
     Kfd,
     RocmSmi,
     Procfs,
+    /// Lent by Windows to WSL2 through `/dev/dxg`: not on the Linux PCI bus.
+    WslDxg,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -224,7 +226,8 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
     let mut devices = Vec::new();
     let nvidia_pci: Vec<_> = pci_devices.iter().filter(|d| d.vendor_id == pci::NVIDIA).collect();
     let mut drivers = host.drivers.clone();
-    if !nvidia_pci.is_empty() {
+    let under_wsl = root.path(nvidia::WSL_GPU_NODE).exists();
+    if !nvidia_pci.is_empty() || under_wsl {
         let found = nvidia::probe(root, &nvidia_pci, options, &host, &mut warnings);
         drivers.nvidia = found.driver_version.clone().or(drivers.nvidia);
         drivers.cuda = found.cuda_version.clone().or(drivers.cuda);
@@ -235,7 +238,13 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
         let library = amd_library(root, options, &amd_pci, &mut warnings);
         devices.extend(amd::probe(root, &amd_pci, &library, &host, &mut warnings));
     }
+    let lent_by_windows = devices.iter().any(|d| d.sources.contains(&Source::WslDxg));
     for other in pci_devices.iter().filter(|d| d.vendor_id != pci::NVIDIA && d.vendor_id != pci::AMD) {
+        // WSL2 shows each lent GPU as Microsoft's paravirtual adapter too; once NVML has named
+        // the GPUs behind it, listing the adapter would count them twice.
+        if other.vendor_id == pci::MICROSOFT && lent_by_windows {
+            continue;
+        }
         devices.push(pci::generic_device(other));
     }
     devices.sort_by(|a, b| a.id.cmp(&b.id));

@@ -1,6 +1,10 @@
 //! NVIDIA GPUs. Sources, best first: NVML (model, memory, driver, compute capability, fans,
 //! temperature, power), the CUDA driver (compute capability and memory when NVML is missing),
 //! then PCI sysfs plus `/proc/driver/nvidia` with the spec table (memory expected, not measured).
+//!
+//! Under WSL2 (and Docker Desktop on Windows) a GPU is not on the Linux PCI bus at all: Windows
+//! lends it through the paravirtual `/dev/dxg`, and NVML and CUDA (the Windows driver's
+//! libraries) are the only ones that know it. Such a GPU is built from NVML alone.
 
 use std::path::PathBuf;
 
@@ -11,6 +15,8 @@ use super::{
 };
 
 const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+/// WSL2's GPU paravirtualisation device: present where Windows shares its GPUs with Linux.
+pub const WSL_GPU_NODE: &str = "/dev/dxg";
 
 #[derive(Debug, Default)]
 pub struct NvidiaFound {
@@ -23,6 +29,8 @@ pub struct NvidiaFound {
 #[derive(Debug, Clone, Default)]
 struct NvmlGpu {
     address: String,
+    /// `(vendor, device)` from NVML's PCI info.
+    pci_id: Option<(u16, u16)>,
     name: Option<String>,
     uuid: Option<String>,
     memory_total_mib: Option<u64>,
@@ -81,7 +89,7 @@ pub fn probe(
     };
     let driver_version =
         nvml.as_ref().and_then(|n| n.driver_version.clone()).or_else(|| host.drivers.nvidia.clone());
-    let devices = pci
+    let mut devices: Vec<Device> = pci
         .iter()
         .map(|p| {
             let from_nvml = nvml.as_ref().and_then(|n| n.gpus.iter().find(|g| g.address == p.address));
@@ -94,6 +102,10 @@ pub fn probe(
             build_device(root, p, from_nvml, from_cuda, library, driver_version.as_deref(), host)
         })
         .collect();
+    if root.path(WSL_GPU_NODE).exists() {
+        let lent = nvml.iter().flat_map(|n| &n.gpus).filter(|g| !pci.iter().any(|p| p.address == g.address));
+        devices.extend(lent.map(|g| lent_by_windows(g, driver_version.as_deref())));
+    }
     NvidiaFound { devices, driver_version, cuda_version: nvml.and_then(|n| n.cuda_version) }
 }
 
@@ -127,6 +139,8 @@ fn probe_nvml(lib: &std::path::Path) -> Result<NvmlReport, String> {
         let fans = device.num_fans().ok();
         gpus.push(NvmlGpu {
             address: normalise_address(&pci.bus_id),
+            // NVML packs the device id above the vendor id.
+            pci_id: Some(((pci.pci_device_id & 0xffff) as u16, (pci.pci_device_id >> 16) as u16)),
             name: device.name().ok(),
             uuid: device.uuid().ok(),
             memory_total_mib: device.memory_info().ok().map(|m| sysfs::bytes_to_mib(m.total)),
@@ -263,6 +277,53 @@ fn build_device(
             fans: nvml.and_then(|g| g.fans),
             fan_speed_pct: nvml.and_then(|g| g.fan_speed_pct),
             sysfs_path: Some(pci.sysfs_dir.display().to_string()),
+            hwmon_path: None,
+        },
+        rocm_index: None,
+    }
+}
+
+/// A GPU Windows lends to WSL2 through `/dev/dxg`: what NVML says is all there is. Its id is
+/// the bus address Windows gives it; the engine reaches it through CUDA by its UUID. Its fans
+/// and clocks stay with the Windows driver, so no fan loop drives it.
+fn lent_by_windows(gpu: &NvmlGpu, driver_version: Option<&str>) -> Device {
+    let known = gpu.pci_id.and_then(|(vendor, device)| pci_ids::lookup(vendor, device));
+    let model = known
+        .map(|k| k.model.to_string())
+        .or_else(|| gpu.name.clone().map(short_name))
+        .unwrap_or_else(|| "NVIDIA GPU".to_string());
+    let arch = gpu
+        .compute_capability
+        .map(|(major, minor)| pci_ids::sm_arch(major, minor))
+        .or_else(|| known.map(|k| k.arch.to_string()));
+    let dedicated = gpu.memory_total_mib.or_else(|| known.map(|k| k.memory_mib)).unwrap_or(0);
+    Device {
+        id: gpu.address.clone(),
+        vendor: Vendor::Nvidia,
+        model,
+        pci_id: gpu.pci_id.map(|(vendor, device)| format!("{vendor:04x}:{device:04x}")),
+        arch,
+        integrated: false,
+        memory: Memory {
+            dedicated_mib: dedicated,
+            shared_mib: 0,
+            usable_mib: discrete_usable_mib(dedicated),
+            measured: gpu.memory_total_mib.is_some(),
+        },
+        driver: Driver { name: Some("dxgkrnl".to_string()), version: driver_version.map(str::to_string) },
+        sources: vec![Source::Nvml, Source::WslDxg],
+        accessible: true,
+        warnings: vec![format!(
+            "lent by Windows through {WSL_GPU_NODE} (WSL2): the Windows driver keeps its fans and clocks"
+        )],
+        uid: gpu.uuid.clone(),
+        telemetry: Telemetry {
+            temperature_c: gpu.temperature_c,
+            power_w: gpu.power_w,
+            busy_pct: None,
+            fans: gpu.fans,
+            fan_speed_pct: gpu.fan_speed_pct,
+            sysfs_path: None,
             hwmon_path: None,
         },
         rocm_index: None,

@@ -9,6 +9,8 @@ use super::{pci_ids, sysfs, Device, Driver, Memory, Source, SysRoot, Telemetry, 
 pub const NVIDIA: u16 = 0x10de;
 pub const AMD: u16 = 0x1002;
 pub const INTEL: u16 = 0x8086;
+/// WSL2's paravirtual GPU adapter (`1414:008e`, "Basic Render Driver").
+pub const MICROSOFT: u16 = 0x1414;
 
 /// PCI base class 0x03: display controller (VGA 0x0300, 3D 0x0302, other 0x0380).
 const DISPLAY_CLASS: u32 = 0x03;
@@ -100,7 +102,11 @@ pub fn generic_device(pci: &PciDevice) -> Device {
     Device {
         id: pci.address.clone(),
         vendor,
-        model: known.map(|k| k.model.to_string()).unwrap_or_else(|| format!("PCI display {}", pci.pci_id())),
+        model: match known {
+            Some(k) => k.model.to_string(),
+            None if pci.vendor_id == MICROSOFT => "WSL2 paravirtual GPU adapter".to_string(),
+            None => format!("PCI display {}", pci.pci_id()),
+        },
         pci_id: Some(pci.pci_id()),
         arch: known.map(|k| k.arch.to_string()),
         integrated: known.map(|k| k.integrated).unwrap_or(false),
@@ -108,7 +114,13 @@ pub fn generic_device(pci: &PciDevice) -> Device {
         driver: Driver { name: pci.driver.clone(), version: None },
         sources: vec![Source::Pci],
         accessible: false,
-        warnings: vec!["no engine build supports this vendor's GPU; it is listed only".to_string()],
+        warnings: vec![if pci.vendor_id == MICROSOFT {
+            "WSL2's paravirtual GPU adapter, and NVML names no GPU behind it: only NVIDIA GPUs are \
+             used from WSL2 (install the NVIDIA driver on Windows and run the container with `--gpus all`)"
+                .to_string()
+        } else {
+            "no engine build supports this vendor's GPU; it is listed only".to_string()
+        }],
         uid: None,
         telemetry: Telemetry {
             sysfs_path: Some(pci.sysfs_dir.display().to_string()),

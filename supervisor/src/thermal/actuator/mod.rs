@@ -15,7 +15,7 @@ pub use nvml::{
 };
 pub use od_curve::OdFanCurve;
 
-use crate::hardware::{Device, SysRoot, Vendor};
+use crate::hardware::{Device, Source, SysRoot, Vendor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ActuatorError {
@@ -102,7 +102,7 @@ pub(crate) fn read_attr(path: &Path) -> Result<String, ActuatorError> {
 }
 
 /// Where a device's fan can be driven from, best first: the RDNA3/4 overdrive fan curve, the
-/// hwmon pwm (older Radeon cards), NVML for NVIDIA, else the board's firmware hook if one is
+/// hwmon pwm (older Radeon cards), NVML for NVIDIA (not a GPU lent to WSL2), else the board's firmware hook if one is
 /// configured (integrated GPUs whose fan belongs to an embedded controller).
 pub fn for_device(
     device: &Device,
@@ -127,6 +127,8 @@ pub fn for_device(
             }
             None
         }
+        // Windows keeps the fans of a GPU it lends to WSL2.
+        Vendor::Nvidia if device.sources.contains(&Source::WslDxg) => None,
         Vendor::Nvidia => {
             NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
         }
