@@ -330,8 +330,8 @@ fn an_amd_gpu_whose_own_render_node_is_missing_is_not_usable() {
 
 /// Docker Desktop on Windows (WSL2): the GPU is lent through `/dev/dxg` and is not on Linux's
 /// PCI bus, which shows only Microsoft's paravirtual adapter. NVML names the card; it is usable,
-/// reached by its UUID, and the adapter is not listed beside it. Without NVML the adapter is
-/// listed, unusable, with what to install.
+/// reached by its UUID with the profile's WSL2 settings, and the adapter is not listed beside it.
+/// Without NVML the adapter is listed, unusable, with what to install.
 #[test]
 fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
     let dir = tempfile::tempdir().unwrap();
@@ -370,6 +370,12 @@ fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
         group["choice"]["launch"]["env"]["CUDA_VISIBLE_DEVICES"], "GPU-3f9b2c71-8e4d-4a06-b5c2-7d1e0a9f6c43",
         "{group:#}"
     );
+    // The profile's `[engine.wsl]`: the smaller context and DDTree budget of the engine's WSL2 tier.
+    let args: Vec<&str> =
+        group["choice"]["launch"]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let after = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]);
+    assert_eq!(group["choice"]["profile"], "qwen3.6-27b-dflash-24g", "{group:#}");
+    assert_eq!((after("--max-ctx"), after("--ddtree-budget")), (Some("65536"), Some("16")), "{args:?}");
 
     let without_nvml = detect_json("wsl2-rtx4090");
     let adapter = device(&without_nvml, "8756:00:00.0");

@@ -130,6 +130,11 @@ pub struct Device {
 }
 
 impl Device {
+    /// A GPU Windows lends to WSL2 through `/dev/dxg` (not on Linux's PCI bus).
+    pub fn lent_to_wsl(&self) -> bool {
+        self.sources.contains(&Source::WslDxg)
+    }
+
     /// A usable device known by its address, vendor and model only; the rest is filled in by
     /// whoever knows more (detection, the `thermal control` CLI, tests).
     pub fn new(id: &str, vendor: Vendor, model: &str) -> Self {
@@ -238,7 +243,7 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
         let library = amd_library(root, options, &amd_pci, &mut warnings);
         devices.extend(amd::probe(root, &amd_pci, &library, &host, &mut warnings));
     }
-    let lent_by_windows = devices.iter().any(|d| d.sources.contains(&Source::WslDxg));
+    let lent_by_windows = devices.iter().any(Device::lent_to_wsl);
     for other in pci_devices.iter().filter(|d| d.vendor_id != pci::NVIDIA && d.vendor_id != pci::AMD) {
         // WSL2 shows each lent GPU as Microsoft's paravirtual adapter too; once NVML has named
         // the GPUs behind it, listing the adapter would count them twice.

@@ -283,8 +283,10 @@ fn plan_device(
                         profile: profile.name.clone(),
                         accepted: true,
                         reason: format!(
-                            "{note}; needs {} MiB, device has {}",
-                            profile.spec.requirements.min_usable_mib, device.memory.usable_mib
+                            "{note}; needs {} MiB, device has {}{}",
+                            profile.spec.requirements.min_usable_mib,
+                            device.memory.usable_mib,
+                            wsl_note(profile, device)
                         ),
                     });
                     accepted.push((variant, profile));
@@ -378,6 +380,24 @@ fn model_present(profile: &Profile, settings: &PlanSettings) -> Result<(), Strin
     Ok(())
 }
 
+/// What `[engine.wsl]` changes on a GPU lent to WSL2, for the candidate's reason.
+fn wsl_note(profile: &Profile, device: &Device) -> String {
+    let Some(wsl) = profile.spec.engine.wsl.as_ref().filter(|_| device.lent_to_wsl()) else {
+        return String::new();
+    };
+    let changes: Vec<String> = [
+        wsl.ctx.map(|c| format!("context {c}")),
+        wsl.draft_budget.filter(|_| profile.spec.draft.is_some()).map(|b| format!("DDTree budget {b}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if changes.is_empty() {
+        return String::new();
+    }
+    format!("; under WSL2: {}", changes.join(", "))
+}
+
 fn render_launch(
     variant: &Variant,
     engine: &EngineKind,
@@ -387,7 +407,7 @@ fn render_launch(
     settings: &PlanSettings,
     port: u16,
 ) -> Launch {
-    let e = &profile.spec.engine;
+    let e = profile.spec.engine.for_wsl(device.lent_to_wsl());
     let model = model_path(&settings.models_dir, &profile.spec.model);
     let draft = profile.spec.draft.as_ref().map(|d| model_path(&settings.models_dir, d));
     let threads = match (variant.backend, settings.threads) {

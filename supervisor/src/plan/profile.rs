@@ -108,6 +108,34 @@ pub struct EngineSettings {
     pub cpu_moe_layers: Option<u32>,
     #[serde(default)]
     pub extra_args: Vec<String>,
+    /// What changes on a GPU Windows lends to WSL2 (`[engine.wsl]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wsl: Option<WslSettings>,
+}
+
+/// `[engine.wsl]`: the Lucebox engine's own entry point runs a smaller context and DDTree budget
+/// under WSL2, where Windows keeps part of the card and watches for long GPU work.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WslSettings {
+    #[serde(default)]
+    pub ctx: Option<u32>,
+    #[serde(default)]
+    pub draft_budget: Option<u32>,
+}
+
+impl EngineSettings {
+    /// The settings to launch with: these, with `[engine.wsl]` over them on a GPU lent to WSL2.
+    pub fn for_wsl(&self, lent_to_wsl: bool) -> std::borrow::Cow<'_, EngineSettings> {
+        match (&self.wsl, lent_to_wsl) {
+            (Some(wsl), true) => std::borrow::Cow::Owned(EngineSettings {
+                ctx: wsl.ctx.unwrap_or(self.ctx),
+                draft_budget: wsl.draft_budget.or(self.draft_budget),
+                ..self.clone()
+            }),
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -161,6 +189,9 @@ fn validate(spec: &ProfileSpec, file: &str) -> Result<(), ProfileError> {
     }
     if spec.engine.parallel == 0 {
         return invalid("engine.parallel", "must be at least 1".into());
+    }
+    if spec.engine.wsl.as_ref().is_some_and(|w| w.ctx == Some(0)) {
+        return invalid("engine.wsl.ctx", "must be at least 1".into());
     }
     for (key, model) in [("model", Some(&spec.model)), ("draft", spec.draft.as_ref())] {
         let Some(model) = model else { continue };
@@ -220,5 +251,22 @@ mod tests {
         let err =
             parse(&base.replace("\"cpu\"", "\"tpu\""), "p", Path::new("p.toml")).unwrap_err().to_string();
         assert!(err.contains("tpu"), "{err}");
+        let good = base.replace("sha256 = \"abc\"\n", "");
+        let err = parse(&format!("{good}[engine.wsl]\nctx = 0\n"), "p", Path::new("p.toml")).unwrap_err();
+        assert!(err.to_string().contains("engine.wsl.ctx"), "{err}");
+        let err =
+            parse(&format!("{good}[engine.wsl]\nparallel = 2\n"), "p", Path::new("p.toml")).unwrap_err();
+        assert!(err.to_string().contains("parallel"), "only ctx and draft_budget change under WSL2: {err}");
+    }
+
+    #[test]
+    fn wsl_settings_apply_only_to_a_gpu_lent_to_wsl2() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+        let profile = load_file(&dir.join("qwen3.6-27b-dflash-24g.toml")).unwrap();
+        let native = profile.spec.engine.for_wsl(false);
+        assert_eq!((native.ctx, native.draft_budget), (98304, Some(22)));
+        let wsl = profile.spec.engine.for_wsl(true);
+        assert_eq!((wsl.ctx, wsl.draft_budget), (65536, Some(16)), "the engine's own WSL2 tier");
+        assert_eq!(wsl.prefix_cache_slots, native.prefix_cache_slots, "the rest is kept");
     }
 }

@@ -15,7 +15,7 @@ pub use nvml::{
 };
 pub use od_curve::OdFanCurve;
 
-use crate::hardware::{Device, Source, SysRoot, Vendor};
+use crate::hardware::{Device, SysRoot, Vendor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ActuatorError {
@@ -128,7 +128,7 @@ pub fn for_device(
             None
         }
         // Windows keeps the fans of a GPU it lends to WSL2.
-        Vendor::Nvidia if device.sources.contains(&Source::WslDxg) => None,
+        Vendor::Nvidia if device.lent_to_wsl() => None,
         Vendor::Nvidia => {
             NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
         }
