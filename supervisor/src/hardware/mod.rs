@@ -175,6 +175,13 @@ pub struct Driver {
     pub version: Option<String>,
 }
 
+impl Memory {
+    /// A discrete card's: all of it on the card, less the runtime's reserve.
+    pub fn discrete(dedicated_mib: u64, measured: bool) -> Self {
+        Self { dedicated_mib, shared_mib: 0, usable_mib: discrete_usable_mib(dedicated_mib), measured }
+    }
+}
+
 /// Live readings where a probe gives them; absent values were not readable.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Telemetry {

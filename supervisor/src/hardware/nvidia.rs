@@ -10,8 +10,7 @@ use std::path::PathBuf;
 
 use super::pci::{normalise_address, PciDevice};
 use super::{
-    discrete_usable_mib, pci_ids, sysfs, DetectOptions, Device, Driver, Host, Memory, Source, SysRoot,
-    Telemetry, Vendor,
+    pci_ids, sysfs, DetectOptions, Device, Driver, Host, Memory, Source, SysRoot, Telemetry, Vendor,
 };
 
 const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -256,12 +255,7 @@ fn build_device(
         pci_id: Some(pci.pci_id()),
         arch,
         integrated: false,
-        memory: Memory {
-            dedicated_mib: dedicated,
-            shared_mib: 0,
-            usable_mib: discrete_usable_mib(dedicated),
-            measured: measured.is_some(),
-        },
+        memory: Memory::discrete(dedicated, measured.is_some()),
         driver: Driver {
             name: pci.driver.clone().or_else(|| Some("nvidia".to_string())),
             version: driver_version.map(str::to_string),
@@ -304,12 +298,7 @@ fn lent_by_windows(gpu: &NvmlGpu, driver_version: Option<&str>) -> Device {
         pci_id: gpu.pci_id.map(|(vendor, device)| format!("{vendor:04x}:{device:04x}")),
         arch,
         integrated: false,
-        memory: Memory {
-            dedicated_mib: dedicated,
-            shared_mib: 0,
-            usable_mib: discrete_usable_mib(dedicated),
-            measured: gpu.memory_total_mib.is_some(),
-        },
+        memory: Memory::discrete(dedicated, gpu.memory_total_mib.is_some()),
         driver: Driver { name: Some("dxgkrnl".to_string()), version: driver_version.map(str::to_string) },
         sources: vec![Source::Nvml, Source::WslDxg],
         accessible: true,
