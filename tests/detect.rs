@@ -44,6 +44,8 @@ const EXPECTED: &[(&str, &str, &str, &str, u64, u64, bool)] = &[
     ("lucebox-r9700-strix", "0000:03:00.0", "Radeon AI PRO R9700", "gfx1201", 32624, 0, false),
     ("lucebox-r9700-strix", "0000:c3:00.0", "Radeon 8060S", "gfx1151", 512, 122880, true),
     ("unknown-amd", "0000:0d:00.0", "AMD GPU 1002:73bf", "gfx1030", 16368, 0, false),
+    ("arc-b580", "0000:03:00.0", "Arc B580", "xe2-hpg", 12288, 0, false),
+    ("arc-a770-igpu", "0000:03:00.0", "Arc A770", "xe-hpg", 8192, 0, false),
 ];
 
 #[test]
@@ -383,4 +385,45 @@ fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
     assert_eq!(adapter["model"], "WSL2 paravirtual GPU adapter");
     assert!(adapter["warnings"][0].as_str().unwrap().contains("--gpus all"), "{adapter:#}");
     assert!(!without_nvml["devices"].as_array().unwrap().iter().any(|d| d["vendor"] == "nvidia"));
+}
+
+/// Intel: the xe driver's per-tile VRAM is measured; mainline i915 publishes none, so a known
+/// card's size is its specification and says why (the A770 comes in two sizes under one id).
+/// Integrated Intel graphics are listed, not used. In a container the card needs its render
+/// node: without `/dev/dri` the fix is named, and a container given the other GPU's node says so.
+#[test]
+fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
+    let b580 = detect_json("arc-b580");
+    let card = device(&b580, "0000:03:00.0");
+    assert_eq!(card["vendor"], "intel");
+    assert_eq!(card["accessible"], true, "{card:#}");
+    assert_eq!(card["memory"]["measured"], true, "tile0/physical_vram_size_bytes: {card:#}");
+    assert_eq!(card["sources"], serde_json::json!(["pci", "xe-sysfs"]));
+    assert_eq!(card["driver"]["name"], "xe");
+
+    let a770 = detect_json("arc-a770-igpu");
+    let card = device(&a770, "0000:03:00.0");
+    assert_eq!(card["accessible"], true, "{card:#}");
+    assert_eq!(card["memory"]["measured"], false, "{card:#}");
+    assert!(card["warnings"][0].as_str().unwrap().contains("8 or 16 GB"), "{card:#}");
+    let igpu = device(&a770, "0000:00:02.0");
+    assert_eq!((igpu["integrated"].as_bool(), igpu["accessible"].as_bool()), (Some(true), Some(false)));
+    assert!(igpu["warnings"][0].as_str().unwrap().contains("CPU engine serves"), "{igpu:#}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    copy_tree(&host_fixture("arc-a770-igpu"), &root);
+    std::fs::write(root.join(".dockerenv"), "").unwrap();
+    // `--device /dev/dri/renderD128`: the integrated GPU's node, not the Arc card's.
+    std::fs::remove_file(root.join("dev/dri/renderD129")).unwrap();
+    let given_the_other = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&given_the_other, "0000:03:00.0");
+    assert_eq!(card["accessible"], false, "{card:#}");
+    assert!(card["warnings"].to_string().contains("/dev/dri/renderD129 is not here"), "{card:#}");
+    // No `--device /dev/dri` at all.
+    std::fs::remove_dir_all(root.join("dev/dri")).unwrap();
+    let without = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&without, "0000:03:00.0");
+    assert_eq!(card["accessible"], false, "{card:#}");
+    assert!(card["warnings"].to_string().contains("--device /dev/dri"), "{card:#}");
 }

@@ -398,3 +398,22 @@ fn a_gpu_whose_builds_all_fail_their_smoke_start_gives_its_place_to_the_cpu() {
     assert!(!gpu.candidates.is_empty(), "its candidates are kept, with their reasons");
     assert!(!plan.unplanned.iter().any(|u| u.device == "cpu"), "{plan:#?}");
 }
+
+/// An Intel Arc card gets the Vulkan build, pinned to it through Mesa's device-select layer and
+/// given `/dev/dri` in a container; the integrated Intel GPU beside it gets no engine and says why.
+#[test]
+fn an_intel_arc_card_runs_the_vulkan_build() {
+    let plan = plan_json("arc-b580", &[]);
+    let arc = group(&plan, "0000:03:00.0");
+    assert_eq!(arc["choice"]["variant"], "vulkan", "{arc:#}");
+    assert_eq!(arc["choice"]["launch"]["env"]["MESA_VK_DEVICE_SELECT"], "8086:e20b!", "{arc:#}");
+    assert_eq!(arc["choice"]["launch"]["container"]["devices"], serde_json::json!(["/dev/dri"]), "{arc:#}");
+    let reasons = arc["candidates"].to_string();
+    assert!(reasons.contains("cuda build does not drive intel devices"), "{reasons}");
+
+    let plan = plan_json("arc-a770-igpu", &[]);
+    assert_eq!(group(&plan, "0000:03:00.0")["choice"]["variant"], "vulkan", "{plan:#}");
+    let igpu = plan["unplanned"].as_array().unwrap().iter().find(|u| u["device"] == "0000:00:02.0");
+    let why = igpu.unwrap_or_else(|| panic!("the integrated GPU is listed: {plan:#}"))["reason"].to_string();
+    assert!(why.contains("integrated Intel graphics"), "{why}");
+}

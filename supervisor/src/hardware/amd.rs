@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::pci::PciDevice;
 use super::{
-    discrete_usable_mib, pci_ids, sysfs, unified_usable_mib, Device, Driver, Host, Memory, Source, SysRoot,
-    Telemetry, Vendor,
+    discrete_usable_mib, drm, pci_ids, sysfs, unified_usable_mib, Device, Driver, Host, Memory, Source,
+    SysRoot, Telemetry, Vendor,
 };
 
 /// Without a table entry, a VRAM pool under this size next to a larger GTT pool means an APU.
@@ -281,25 +281,9 @@ fn amd_accessible(root: &SysRoot, pci: &PciDevice, host: &Host, warnings: &mut V
         return false;
     }
     let kfd = root.path("/dev/kfd").exists();
-    let render_nodes = |dir: &Path| -> Vec<String> {
-        fs::read_dir(dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("renderD"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let present = render_nodes(&root.path("/dev/dri"));
-    // Its own render node, where sysfs names it: a container given one GPU of two (a Kubernetes
-    // device plugin, `--device /dev/dri/renderD128`) still sees both on PCI.
-    let own = render_nodes(&root.path(Path::new("/").join(&pci.sysfs_dir).join("drm")));
-    if let Some(missing) = own.iter().find(|n| !present.contains(n)).filter(|_| kfd && !present.is_empty()) {
-        warnings.push(format!(
-            "its render node /dev/dri/{missing} is not here (this container was given another GPU's): \
-             the GPU cannot be used from here"
-        ));
+    let present = drm::present(root);
+    if let Some(warning) = drm::own_node_missing(root, pci, &present).filter(|_| kfd) {
+        warnings.push(warning);
         return false;
     }
     if kfd && !present.is_empty() {

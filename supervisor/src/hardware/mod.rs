@@ -3,12 +3,14 @@
 //! returns what it found.
 //!
 //! Sources, best first: NVML and the CUDA driver for NVIDIA; KFD topology and amdgpu sysfs for
-//! AMD, plus ROCm SMI with the cargo feature `rocm`; PCI sysfs (with a table of known cards) for
-//! everything. All file reads go through a
+//! AMD, plus ROCm SMI with the cargo feature `rocm`; the xe driver's sysfs for Intel; PCI sysfs
+//! (with a table of known cards) for everything. All file reads go through a
 //! [`SysRoot`], so a captured tree under `--root` stands in for a real machine.
 
 mod amd;
+mod drm;
 mod host;
+mod intel;
 mod nvidia;
 mod pci;
 mod pci_ids;
@@ -98,6 +100,8 @@ pub enum Source {
     AmdgpuSysfs,
     Kfd,
     RocmSmi,
+    /// The xe driver's per-tile VRAM (Intel).
+    XeSysfs,
     Procfs,
     /// Lent by Windows to WSL2 through `/dev/dxg`: not on the Linux PCI bus.
     WslDxg,
@@ -250,8 +254,11 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
         let library = amd_library(root, options, &amd_pci, &mut warnings);
         devices.extend(amd::probe(root, &amd_pci, &library, &host, &mut warnings));
     }
+    let intel_pci: Vec<_> = pci_devices.iter().filter(|d| d.vendor_id == pci::INTEL).collect();
+    devices.extend(intel::probe(root, &intel_pci, &host));
     let lent_by_windows = devices.iter().any(Device::lent_to_wsl);
-    for other in pci_devices.iter().filter(|d| d.vendor_id != pci::NVIDIA && d.vendor_id != pci::AMD) {
+    let probed = [pci::NVIDIA, pci::AMD, pci::INTEL];
+    for other in pci_devices.iter().filter(|d| !probed.contains(&d.vendor_id)) {
         // WSL2 shows each lent GPU as Microsoft's paravirtual adapter too; once NVML has named
         // the GPUs behind it, listing the adapter would count them twice.
         if other.vendor_id == pci::MICROSOFT && lent_by_windows {

@@ -95,7 +95,7 @@ pub fn normalise_address(address: &str) -> String {
     }
 }
 
-/// A display device of a vendor we have no deep probe for (Intel, others): PCI facts only.
+/// A display device of a vendor we have no deep probe for: PCI facts only.
 pub fn generic_device(pci: &PciDevice) -> Device {
     let known = pci_ids::lookup(pci.vendor_id, pci.device_id);
     let vendor = if pci.vendor_id == INTEL { Vendor::Intel } else { Vendor::Cpu };

@@ -12,6 +12,8 @@ pub struct KnownCard {
     /// Memory as the driver reports it on this card (MiB), or the carve-out of an APU.
     pub memory_mib: u64,
     pub integrated: bool,
+    /// Why `memory_mib` may be short of the card in hand (one id, several memory sizes).
+    pub memory_note: Option<&'static str>,
 }
 
 const fn card(
@@ -21,11 +23,22 @@ const fn card(
     arch: &'static str,
     memory_mib: u64,
 ) -> KnownCard {
-    KnownCard { vendor, device, model, arch, memory_mib, integrated: false }
+    KnownCard { vendor, device, model, arch, memory_mib, integrated: false, memory_note: None }
 }
 
 const fn apu(device: u16, model: &'static str, arch: &'static str) -> KnownCard {
-    KnownCard { vendor: 0x1002, device, model, arch, memory_mib: 0, integrated: true }
+    KnownCard { vendor: 0x1002, device, model, arch, memory_mib: 0, integrated: true, memory_note: None }
+}
+
+/// An Intel Arc card whose memory size the id does not settle: the smaller one, with why.
+const fn card_of_two_sizes(
+    device: u16,
+    model: &'static str,
+    arch: &'static str,
+    memory_mib: u64,
+    note: &'static str,
+) -> KnownCard {
+    KnownCard { vendor: 0x8086, device, model, arch, memory_mib, integrated: false, memory_note: Some(note) }
 }
 
 pub const KNOWN_CARDS: &[KnownCard] = &[
@@ -51,6 +64,12 @@ pub const KNOWN_CARDS: &[KnownCard] = &[
     card(0x1002, 0x7590, "Radeon RX 9060 XT", "gfx1200", 16304),
     // AMD RDNA3
     card(0x1002, 0x744c, "Radeon RX 7900 XTX", "gfx1100", 24560),
+    // Intel Arc: Alchemist (DG2, Xe-HPG) and Battlemage (Xe2-HPG), served by the Vulkan build
+    card_of_two_sizes(0x56a0, "Arc A770", "xe-hpg", 8192, "the A770 ships with 8 or 16 GB under one id"),
+    card(0x8086, 0x56a1, "Arc A750", "xe-hpg", 8192),
+    card(0x8086, 0x56a5, "Arc A380", "xe-hpg", 6144),
+    card(0x8086, 0xe20b, "Arc B580", "xe2-hpg", 12288),
+    card(0x8086, 0xe20c, "Arc B570", "xe2-hpg", 10240),
     // AMD APUs: memory is a BIOS carve-out plus GTT, measured at run time.
     apu(0x1586, "Radeon 8060S", "gfx1151"),
     apu(0x150e, "Radeon 890M", "gfx1150"),

@@ -127,11 +127,31 @@ pub fn for_device(
             }
             None
         }
+        // i915 and xe publish no fan control: the card's own firmware keeps it.
+        Vendor::Intel => None,
         // Windows keeps the fans of a GPU it lends to WSL2.
         Vendor::Nvidia if device.lent_to_wsl() => None,
         Vendor::Nvidia => {
             NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
         }
         _ => hook.map(|h| Box::new(FirmwareHook::new(h.to_path_buf(), root.clone())) as Box<dyn FanActuator>),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The board's hook drives the fan an embedded controller owns (an integrated GPU's); never
+    /// for a card with fans of its own that no interface here controls.
+    #[test]
+    fn only_devices_without_fans_of_their_own_fall_back_to_the_boards_hook() {
+        let root = SysRoot::new("/nonexistent-root");
+        let hook = Path::new("/usr/lib/lucebox/hooks/board");
+        let mut igpu = Device::new("0000:c3:00.0", Vendor::Amd, "Radeon 8060S");
+        igpu.integrated = true;
+        assert_eq!(for_device(&igpu, &root, Some(hook), None).map(|a| a.kind()), Some("firmware-hook"));
+        let arc = Device::new("0000:03:00.0", Vendor::Intel, "Arc B580");
+        assert!(for_device(&arc, &root, Some(hook), None).is_none(), "an Arc card's fans are its own");
     }
 }
