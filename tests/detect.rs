@@ -426,4 +426,20 @@ fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
     let card = device(&without, "0000:03:00.0");
     assert_eq!(card["accessible"], false, "{card:#}");
     assert!(card["warnings"].to_string().contains("--device /dev/dri"), "{card:#}");
+
+    // A tile size that is not a number is named, and the table's size stands in.
+    let root = dir.path().join("garbled");
+    copy_tree(&host_fixture("arc-b580"), &root);
+    let card_dir = std::fs::canonicalize(root.join("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+    let tile = card_dir.join("tile0/physical_vram_size_bytes");
+    std::fs::write(&tile, "12 GiB\n").unwrap();
+    let garbled = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&garbled, "0000:03:00.0");
+    let warnings = card["warnings"].to_string();
+    assert!(warnings.contains("tile0/physical_vram_size_bytes") && warnings.contains("12 GiB"), "{warnings}");
+    assert_eq!(
+        (card["memory"]["dedicated_mib"].as_u64(), card["memory"]["measured"].as_bool()),
+        (Some(12288), Some(false))
+    );
+    assert_eq!(card["accessible"], true, "{card:#}");
 }
