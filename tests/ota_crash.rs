@@ -3,6 +3,7 @@
 //! active set; a later apply then completes. Also: a never-healthy set rolls back by itself,
 //! and `ota rollback` returns to the previous set by hand.
 
+mod common;
 #[path = "ota_support/mod.rs"]
 mod support;
 
@@ -31,11 +32,21 @@ struct Box_ {
 impl Box_ {
     /// Repositories offering v1 and v2 (same root), and a box that committed v1.
     async fn new() -> Self {
+        Self::with_profiles("name = \"v1\"\n", "name = \"v2\"\n", None).await
+    }
+
+    /// The same with these profile texts, and `variants` as each set's variants manifest.
+    async fn with_profiles(v1: &str, v2: &str, variants: Option<&Path>) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let (sets, state) = (tmp.path().join("sets"), tmp.path().join("state"));
         let (repo_v1, repo_v2) = (tmp.path().join("repo-v1"), tmp.path().join("repo-v2"));
-        make_set(&sets.join("v1"), 1, "name = \"v1\"\n", &[]);
-        make_set(&sets.join("v2"), 2, "name = \"v2\"\n", &[]);
+        make_set(&sets.join("v1"), 1, v1, &[]);
+        make_set(&sets.join("v2"), 2, v2, &[]);
+        if let Some(variants) = variants {
+            for set in ["v1", "v2"] {
+                std::fs::copy(variants, sets.join(set).join("variants.toml")).unwrap();
+            }
+        }
         publish(&sets.join("v1"), &repo_v1, &PublishSpec::default()).await;
         copy_dir(&repo_v1, &repo_v2);
         publish(&sets.join("v2"), &repo_v2, &PublishSpec::default()).await;
@@ -47,7 +58,7 @@ impl Box_ {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(b.active_profile(), "name = \"v1\"\n");
+        assert_eq!(b.active_profile(), v1);
         b
     }
 
@@ -175,4 +186,61 @@ async fn manual_rollback_returns_to_the_previous_set() {
     assert!(status["previous_set"].as_str().unwrap().ends_with("(v2)"), "{status}");
     // The rolled-back-from set stays installed, and a box restarts into v1.
     assert!(Path::new(&b.state.join("sets/previous/profiles/tiny.toml")).is_file());
+}
+
+/// A supervisor that starts while a CLI `ota apply` is in its health gate (`current` already names
+/// the candidate) waits for the update to settle instead of planning from a set the box may not
+/// keep: here the gate fails, and the engine comes up on the committed set's profile.
+#[tokio::test]
+async fn a_supervisor_started_during_an_apply_plans_the_set_the_box_keeps() {
+    let tiny = std::fs::read_to_string(common::repo_root().join("profiles/tiny-cpu-test.toml")).unwrap();
+    let v2 = tiny.replace("ctx = 512", "ctx = 256");
+    assert_ne!(tiny, v2, "the tiny profile sets ctx as this test expects");
+    let variants = common::repo_root().join("engine/variants.toml");
+    let b = Box_::with_profiles(&tiny, &v2, Some(&variants)).await;
+
+    // The gate passes v1 at once; v2's waits for `release`, then fails.
+    let release = b.state.parent().unwrap().join("release");
+    let gate = b.state.parent().unwrap().join("gate.sh");
+    let script = format!(
+        "#!/bin/sh\ngrep -q 'ctx = 512' \"$1/profiles/tiny.toml\" && exit 0\n\
+         while [ ! -e '{}' ]; do sleep 0.1; done\necho 'engine never became healthy' >&2; exit 1\n",
+        release.display()
+    );
+    std::fs::write(&gate, script).unwrap();
+    std::fs::set_permissions(&gate, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut apply = b
+        .lucebox(&[
+            "ota",
+            "apply",
+            "--repo",
+            b.repo_v2.to_str().unwrap(),
+            "--health-cmd",
+            gate.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read without `ota status`, whose boot recovery would take the update lock from the apply.
+    common::wait_for("the apply's health gate", Duration::from_secs(60), || b.active_profile() == v2);
+
+    let mut rig = common::RunRig::new();
+    let mut command = rig.command();
+    command.env("LUCEBOX_STATE_DIR", &b.state);
+    rig.spawn(command);
+    let engine_props = || common::http(rig.engine_port, "GET", "/props", "");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(engine_props().is_none(), "no engine while the update is unsettled");
+
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(apply.wait().unwrap().code(), Some(2), "the gate failed: rolled back");
+    common::wait_for("the engine on the committed set", Duration::from_secs(60), || {
+        engine_props().is_some_and(|(code, _)| code == 200)
+    });
+    let (_, body) = common::http(rig.web_port, "GET", "/api/v1/status", "").unwrap();
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let args = status["plan"]["groups"][0]["choice"]["launch"]["args"].to_string();
+    assert!(args.contains("\"-c\",\"512\""), "v1's context: {args}");
+    assert!(rig.terminate(Duration::from_secs(30)).success());
 }

@@ -17,6 +17,11 @@ use crate::plan::Plan;
 use crate::status::{Level, StatusModel};
 use crate::watchdog::WatchdogNote;
 
+/// How long the start waits for a set another process is activating: the CLI's health gate
+/// allows 300 s by default. A rollback moves `current` back before it checks the old set again,
+/// so only the gate itself is waited for.
+const ACTIVATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
 #[derive(Debug, thiserror::Error)]
 pub enum SuperviseError {
     #[error(transparent)]
@@ -81,10 +86,13 @@ async fn supervise(
     cancel: CancellationToken,
 ) -> Result<(), SuperviseError> {
     // An update interrupted by a crash or power cut is undone before anything is planned, so the
-    // box boots the last committed profile set.
+    // box boots the last committed profile set; one that another process is activating is waited
+    // for.
     let paths = crate::ota::OtaPaths { state_dir: config.state_dir.clone(), models_dir: config.models_dir() };
-    if let Err(e) = crate::ota::recover(&paths, &status) {
-        status.event("ota", Level::Error, format!("recovering the update state: {e}"));
+    match crate::ota::recover_when_settled(&paths, &status, ACTIVATION_PATIENCE, &cancel).await {
+        None => return Ok(()),
+        Some(Err(e)) => status.event("ota", Level::Error, format!("recovering the update state: {e}")),
+        Some(Ok(_)) => {}
     }
     let detection = detect(&root, &options, &status).await;
     let mut smoke = !options.no_smoke && root.is_live();

@@ -20,5 +20,6 @@ pub mod updater;
 pub use activate::{ActivationError, ActivationFuture, Activator, CommandActivator};
 pub use lock::{LockError, UpdateLock};
 pub use updater::{
-    recover, referenced_models, rollback, ApplyOptions, ApplyOutcome, OtaError, OtaPaths, Step, Updater,
+    recover, recover_when_settled, referenced_models, rollback, ApplyOptions, ApplyOutcome, OtaError,
+    OtaPaths, Step, Updater,
 };

@@ -372,6 +372,59 @@ pub fn recover(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaErro
     }
 }
 
+/// How often [`recover_when_settled`] looks at the lock again.
+const SETTLE_POLL: Duration = Duration::from_millis(500);
+
+/// [`recover`] for the supervisor's start. While another process activates a set (a CLI
+/// `ota apply` in its health gate), `current` names a candidate that it may yet roll back, so
+/// planning from it could run engines on a set the box does not keep. This waits, up to
+/// `patience`, for that update to settle (committed or rolled back), then recovers as usual. An
+/// update still downloading or staging leaves `current` alone and is not waited for. Returns
+/// `None` when `cancel` fires first.
+pub async fn recover_when_settled(
+    paths: &OtaPaths,
+    status: &StatusModel,
+    patience: Duration,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Option<Result<Record, OtaError>> {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut waiting = false;
+    loop {
+        let record = match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
+            Ok(_lock) => return Some(recover_locked(paths, status)),
+            Err(LockError::Locked { holder }) => match Record::load(&paths.ota_dir()) {
+                Ok(record) => (record, holder),
+                Err(e) => return Some(Err(e.into())),
+            },
+            Err(e) => return Some(Err(e.into())),
+        };
+        let (record, holder) = record;
+        let OtaState::Activating { version } = record.state else { return Some(recover(paths, status)) };
+        if tokio::time::Instant::now() >= deadline {
+            status.event(
+                SOURCE,
+                Level::Warn,
+                format!("{holder} is still activating v{version} after {patience:?}; planning from it"),
+            );
+            return Some(recover(paths, status));
+        }
+        if !waiting {
+            waiting = true;
+            status.event(
+                SOURCE,
+                Level::Info,
+                format!(
+                    "{holder} is activating v{version}: planning waits until it is committed or rolled back"
+                ),
+            );
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(SETTLE_POLL) => {}
+        }
+    }
+}
+
 fn recover_locked(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaError> {
     let mut record = Record::load(&paths.ota_dir())?;
     let store = SetStore::new(&paths.state_dir);
