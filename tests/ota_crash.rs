@@ -80,26 +80,23 @@ impl Box_ {
         std::fs::read_to_string(self.state.join("sets/current/profiles/tiny.toml")).unwrap()
     }
 
+    /// `ota apply` of v2 under the gate `health`, with `extra` arguments.
+    fn apply_v2_command(&self, health: &str, extra: &[&str]) -> Command {
+        let mut cmd =
+            self.lucebox(&["ota", "apply", "--repo", self.repo_v2.to_str().unwrap(), "--health-cmd", health]);
+        cmd.args(extra);
+        cmd
+    }
+
     fn apply_v2(&self, health: &str) -> std::process::Output {
-        self.lucebox(&["ota", "apply", "--repo", self.repo_v2.to_str().unwrap(), "--health-cmd", health])
-            .output()
-            .unwrap()
+        self.apply_v2_command(health, &[]).output().unwrap()
     }
 }
 
 /// Starts an apply that pauses after `step`, waits for it to get there, then SIGKILLs it.
 fn kill_at(b: &Box_, step: &str) {
     let mut child = b
-        .lucebox(&[
-            "ota",
-            "apply",
-            "--repo",
-            b.repo_v2.to_str().unwrap(),
-            "--health-cmd",
-            "/bin/true",
-            "--pause-after",
-            step,
-        ])
+        .apply_v2_command("/bin/true", &["--pause-after", step])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -210,14 +207,7 @@ async fn a_supervisor_started_during_an_apply_plans_the_set_the_box_keeps() {
     std::fs::write(&gate, script).unwrap();
     std::fs::set_permissions(&gate, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut apply = b
-        .lucebox(&[
-            "ota",
-            "apply",
-            "--repo",
-            b.repo_v2.to_str().unwrap(),
-            "--health-cmd",
-            gate.to_str().unwrap(),
-        ])
+        .apply_v2_command(gate.to_str().unwrap(), &[])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
