@@ -158,7 +158,11 @@ fn build_device(
     let integrated = match known {
         Some(k) => k.integrated,
         None => {
-            let guess = matches!((vram, gtt), (Some(v), Some(g)) if v <= APU_CARVE_OUT_MAX_MIB && g > v);
+            // amdgpu names the VRAM chips' maker only for a card with memory of its own, so a small
+            // discrete card (a 4 GB RX 6500 XT) is not taken for an APU's carve-out.
+            let own_memory = dir.join("mem_info_vram_vendor").exists();
+            let guess = !own_memory
+                && matches!((vram, gtt), (Some(v), Some(g)) if v <= APU_CARVE_OUT_MAX_MIB && g > v);
             if guess {
                 warnings.push("treated as integrated: small VRAM carve-out next to a larger GTT pool".into());
             }
@@ -382,6 +386,25 @@ mod tests {
         let elsewhere = probe(&root, &[&pci], &[library_gpu("0000:04:00.0")], &host(), &mut Vec::new());
         assert!(!elsewhere[0].sources.contains(&Source::RocmSmi));
         assert_eq!(elsewhere[0].telemetry.power_w, None);
+    }
+
+    /// A card missing from our table with a small VRAM pool beside a larger GTT pool looks like
+    /// an APU, unless amdgpu names its VRAM's maker, which it does only for memory of its own.
+    #[test]
+    fn a_small_card_with_memory_of_its_own_is_discrete() {
+        let dir = tempfile::tempdir().unwrap();
+        let pci = bare_card(dir.path());
+        let card = dir.path().join(&pci.sysfs_dir);
+        fs::write(card.join("mem_info_vram_total"), format!("{}\n", 4096u64 << 20)).unwrap();
+        fs::write(card.join("mem_info_gtt_total"), format!("{}\n", 16384u64 << 20)).unwrap();
+        let root = SysRoot::new(dir.path());
+        let carve_out = &probe(&root, &[&pci], &[], &host(), &mut Vec::new())[0];
+        assert!(carve_out.integrated, "without the maker, 4 GB beside 16 GB of GTT reads as an APU");
+
+        fs::write(card.join("mem_info_vram_vendor"), "samsung\n").unwrap();
+        let own = &probe(&root, &[&pci], &[], &host(), &mut Vec::new())[0];
+        assert!(!own.integrated, "{:?}", own.warnings);
+        assert_eq!((own.memory.shared_mib, own.memory.usable_mib), (0, discrete_usable_mib(4096)));
     }
 
     #[test]
