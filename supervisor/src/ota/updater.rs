@@ -390,15 +390,15 @@ pub async fn recover_when_settled(
     let deadline = tokio::time::Instant::now() + patience;
     let mut waiting = false;
     loop {
-        let record = match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
+        let holder = match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
             Ok(_lock) => return Some(recover_locked(paths, status)),
-            Err(LockError::Locked { holder }) => match Record::load(&paths.ota_dir()) {
-                Ok(record) => (record, holder),
-                Err(e) => return Some(Err(e.into())),
-            },
+            Err(LockError::Locked { holder }) => holder,
             Err(e) => return Some(Err(e.into())),
         };
-        let (record, holder) = record;
+        let record = match Record::load(&paths.ota_dir()) {
+            Ok(record) => record,
+            Err(e) => return Some(Err(e.into())),
+        };
         let OtaState::Activating { version } = record.state else { return Some(recover(paths, status)) };
         if tokio::time::Instant::now() >= deadline {
             status.event(

@@ -113,8 +113,8 @@ pub struct EngineSettings {
     pub wsl: Option<WslSettings>,
 }
 
-/// `[engine.wsl]`: the Lucebox engine's own entry point runs a smaller context and DDTree budget
-/// under WSL2, where Windows keeps part of the card and watches for long GPU work.
+/// `[engine.wsl]`: the smaller context and DDTree budget the Lucebox engine's own entry point runs
+/// under WSL2 (`../shared/reference/lucebox-engine.md`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WslSettings {
