@@ -69,7 +69,6 @@ fn build_device(root: &SysRoot, pci: &PciDevice, host: &Host) -> Device {
         sources,
         accessible,
         warnings,
-        uid: sysfs::read_trimmed(&dir.join("unique_id")).ok().filter(|u| !u.is_empty()),
         telemetry,
         ..Device::new(&pci.address, Vendor::Intel, &model)
     }

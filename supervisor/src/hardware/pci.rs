@@ -98,10 +98,10 @@ pub fn normalise_address(address: &str) -> String {
 /// A display device of a vendor we have no deep probe for: PCI facts only.
 pub fn generic_device(pci: &PciDevice) -> Device {
     let known = pci_ids::lookup(pci.vendor_id, pci.device_id);
-    let vendor = if pci.vendor_id == INTEL { Vendor::Intel } else { Vendor::Cpu };
     Device {
         id: pci.address.clone(),
-        vendor,
+        // No engine build drives it; it is listed, never planned.
+        vendor: Vendor::Cpu,
         model: match known {
             Some(k) => k.model.to_string(),
             None if pci.vendor_id == MICROSOFT => "WSL2 paravirtual GPU adapter".to_string(),
