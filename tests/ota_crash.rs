@@ -234,3 +234,18 @@ async fn a_supervisor_started_during_an_apply_plans_the_set_the_box_keeps() {
     assert!(args.contains("\"-c\",\"512\""), "v1's context: {args}");
     assert!(rig.terminate(Duration::from_secs(30)).success());
 }
+
+/// `ota status` on a settled box repairs nothing, so it does not take the update lock: an
+/// `ota apply` started at the same moment is not refused. The lock file still names the last
+/// holder that took it (the apply that committed v1), not `ota recover`.
+#[tokio::test]
+async fn ota_status_on_a_settled_box_leaves_the_update_lock_alone() {
+    let b = Box_::new().await;
+    let lock = b.state.join("ota/update.lock");
+    let holder = || std::fs::read_to_string(&lock).unwrap();
+    assert!(holder().contains("\"ota apply\""), "{}", holder());
+    for _ in 0..3 {
+        assert_eq!(active_version(&b.status()), "(v1)");
+    }
+    assert!(holder().contains("\"ota apply\""), "status took the lock: {}", holder());
+}

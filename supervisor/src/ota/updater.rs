@@ -360,16 +360,32 @@ async fn rollback_locked(
 /// Boot-time repair: if an update was interrupted after the swap, points `current` back at the
 /// committed set and records the rollback. Skipped while another live process holds the lock.
 pub fn recover(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaError> {
+    // A settled box needs no repair, and taking the lock only to find that out would refuse an
+    // update that starts at the same moment (`ota status` polled beside an `ota apply`).
+    let record = Record::load(&paths.ota_dir())?;
+    if !needs_repair(&record, &SetStore::new(&paths.state_dir))? {
+        return Ok(publish_unlocked(record, paths, status));
+    }
     match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
         Ok(_lock) => recover_locked(paths, status),
-        Err(LockError::Locked { .. }) => {
-            let record = Record::load(&paths.ota_dir())?;
-            record.publish(status);
-            status.update(|s| s.ota.lock = lock::current_holder(&paths.ota_dir()).map(|h| h.to_string()));
-            Ok(record)
-        }
+        Err(LockError::Locked { .. }) => Ok(publish_unlocked(Record::load(&paths.ota_dir())?, paths, status)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Shows `record`, and whoever holds the update lock, without taking it.
+fn publish_unlocked(record: Record, paths: &OtaPaths, status: &StatusModel) -> Record {
+    record.publish(status);
+    status.update(|s| s.ota.lock = lock::current_holder(&paths.ota_dir()).map(|h| h.to_string()));
+    record
+}
+
+/// An update was interrupted after its swap: the state says `activating`, or `current` names
+/// another set than the committed one.
+fn needs_repair(record: &Record, store: &SetStore) -> Result<bool, OtaError> {
+    let committed = record.committed.as_ref().map(|c| c.sha256.as_str());
+    let interrupted = matches!(record.state, OtaState::Activating { .. });
+    Ok(interrupted || store.linked(CURRENT)?.as_deref() != committed)
 }
 
 /// How often [`recover_when_settled`] looks at the lock again.
@@ -390,16 +406,17 @@ pub async fn recover_when_settled(
     let deadline = tokio::time::Instant::now() + patience;
     let mut waiting = false;
     loop {
-        let holder = match UpdateLock::acquire(&paths.ota_dir(), "ota recover", None) {
-            Ok(_lock) => return Some(recover_locked(paths, status)),
-            Err(LockError::Locked { holder }) => holder,
-            Err(e) => return Some(Err(e.into())),
-        };
         let record = match Record::load(&paths.ota_dir()) {
             Ok(record) => record,
             Err(e) => return Some(Err(e.into())),
         };
-        let OtaState::Activating { version } = record.state else { return Some(recover(paths, status)) };
+        let activating = match record.state {
+            OtaState::Activating { version } => Some(version),
+            _ => None,
+        };
+        // `activating` with a live holder is an update in its gate; without one, a dead one to undo.
+        let holder = activating.and_then(|_| lock::current_holder(&paths.ota_dir()));
+        let (Some(version), Some(holder)) = (activating, holder) else { return Some(recover(paths, status)) };
         if tokio::time::Instant::now() >= deadline {
             status.event(
                 SOURCE,
@@ -428,10 +445,8 @@ pub async fn recover_when_settled(
 fn recover_locked(paths: &OtaPaths, status: &StatusModel) -> Result<Record, OtaError> {
     let mut record = Record::load(&paths.ota_dir())?;
     let store = SetStore::new(&paths.state_dir);
-    let current = store.linked(CURRENT)?;
-    let committed = record.committed.as_ref().map(|c| c.sha256.clone());
-    let interrupted = matches!(record.state, OtaState::Activating { .. });
-    if interrupted || current != committed {
+    if needs_repair(&record, &store)? {
+        let interrupted = matches!(record.state, OtaState::Activating { .. });
         let version = record.candidate.as_ref().map(|c| c.version).unwrap_or(committed_version(&record));
         if !interrupted {
             record.state = OtaState::Activating { version };
