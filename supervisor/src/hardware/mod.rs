@@ -244,7 +244,7 @@ pub fn detect(root: &SysRoot, options: &DetectOptions) -> Detection {
     let mut drivers = host.drivers.clone();
     let under_wsl = root.path(nvidia::WSL_GPU_NODE).exists();
     if !nvidia_pci.is_empty() || under_wsl {
-        let found = nvidia::probe(root, &nvidia_pci, options, &host, &mut warnings);
+        let found = nvidia::probe(root, &nvidia_pci, under_wsl, options, &host, &mut warnings);
         drivers.nvidia = found.driver_version.clone().or(drivers.nvidia);
         drivers.cuda = found.cuda_version.clone().or(drivers.cuda);
         devices.extend(found.devices);

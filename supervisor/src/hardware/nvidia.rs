@@ -56,15 +56,19 @@ struct CudaGpu {
     compute_capability: (u32, u32),
 }
 
+/// The NVIDIA GPUs on `pci`, and under WSL2 (`under_wsl`: `/dev/dxg` exists) the ones NVML names
+/// that are on no PCI bus here.
 pub fn probe(
     root: &SysRoot,
     pci: &[&PciDevice],
+    under_wsl: bool,
     options: &DetectOptions,
     host: &Host,
     warnings: &mut Vec<String>,
 ) -> NvidiaFound {
-    let library_probed = nvml_library(root, options).is_some() || root.is_live();
-    let nvml = match nvml_library(root, options) {
+    let library = nvml_library(root, options);
+    let library_probed = library.is_some() || root.is_live();
+    let nvml = match library {
         Some(lib) => match probe_nvml(&lib) {
             Ok(report) => Some(report),
             Err(e) => {
@@ -101,7 +105,7 @@ pub fn probe(
             build_device(root, p, from_nvml, from_cuda, library, driver_version.as_deref(), host)
         })
         .collect();
-    if root.path(WSL_GPU_NODE).exists() {
+    if under_wsl {
         let lent = nvml.iter().flat_map(|n| &n.gpus).filter(|g| !pci.iter().any(|p| p.address == g.address));
         devices.extend(lent.map(|g| lent_by_windows(g, driver_version.as_deref())));
     }
