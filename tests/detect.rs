@@ -45,7 +45,7 @@ const EXPECTED: &[(&str, &str, &str, &str, u64, u64, bool)] = &[
     ("lucebox-r9700-strix", "0000:c3:00.0", "Radeon 8060S", "gfx1151", 512, 122880, true),
     ("unknown-amd", "0000:0d:00.0", "AMD GPU 1002:73bf", "gfx1030", 16368, 0, false),
     ("arc-b580", "0000:03:00.0", "Arc B580", "xe2-hpg", 12288, 0, false),
-    ("arc-a770-igpu", "0000:03:00.0", "Arc A770", "xe-hpg", 8192, 0, false),
+    ("arc-a770-igpu", "0000:03:00.0", "Arc A770", "xe-hpg", 16384, 0, false),
 ];
 
 #[test]
@@ -388,9 +388,11 @@ fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
 }
 
 /// Intel: the xe driver's per-tile VRAM is measured; mainline i915 publishes none, so a known
-/// card's size is its specification and says why (the A770 comes in two sizes under one id).
-/// Integrated Intel graphics are listed, not used. In a container the card needs its render
-/// node: without `/dev/dri` the fix is named, and a container given the other GPU's node says so.
+/// card's size is its specification and says why. The A770 comes in 8 and 16 GB under one id:
+/// the memory window Resizable BAR grew (PCI region 2) tells them apart, and without it the
+/// smaller counts. Integrated Intel graphics are listed, not used. In a container the card needs
+/// its render node: without `/dev/dri` the fix is named, and a container given the other GPU's
+/// node says so.
 #[test]
 fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
     let b580 = detect_json("arc-b580");
@@ -404,8 +406,13 @@ fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
     let a770 = detect_json("arc-a770-igpu");
     let card = device(&a770, "0000:03:00.0");
     assert_eq!(card["accessible"], true, "{card:#}");
-    assert_eq!(card["memory"]["measured"], false, "{card:#}");
-    assert!(card["warnings"][0].as_str().unwrap().contains("8 or 16 GB"), "{card:#}");
+    assert_eq!(
+        (card["memory"]["dedicated_mib"].as_u64(), card["memory"]["measured"].as_bool()),
+        (Some(16384), Some(false)),
+        "a 16 GiB window: {card:#}"
+    );
+    assert_eq!(card["warnings"].as_array().map(Vec::len), Some(1), "{card:#}");
+    assert!(card["warnings"][0].as_str().unwrap().contains("16 GB Arc A770"), "{card:#}");
     let igpu = device(&a770, "0000:00:02.0");
     assert_eq!((igpu["integrated"].as_bool(), igpu["accessible"].as_bool()), (Some(true), Some(false)));
     assert!(igpu["warnings"][0].as_str().unwrap().contains("CPU engine serves"), "{igpu:#}");
@@ -426,6 +433,32 @@ fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
     let card = device(&without, "0000:03:00.0");
     assert_eq!(card["accessible"], false, "{card:#}");
     assert!(card["warnings"].to_string().contains("--device /dev/dri"), "{card:#}");
+
+    // Resizable BAR off: the firmware's 256 MiB window tells the A770's versions apart no more,
+    // so the smaller counts, and the warning says how to turn it on. A garbled table is named.
+    let window_of = |root: &std::path::Path, name: &str| {
+        let card_dir = std::fs::canonicalize(root.join("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+        let window = card_dir.join("resource");
+        let regions = std::fs::read_to_string(&window).unwrap();
+        (window, regions.replace(name, "0x000000600fffffff"))
+    };
+    let root = dir.path().join("no-rebar");
+    copy_tree(&host_fixture("arc-a770-igpu"), &root);
+    let (window, small) = window_of(&root, "0x00000063ffffffff");
+    std::fs::write(&window, small).unwrap();
+    let no_rebar = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&no_rebar, "0000:03:00.0");
+    assert_eq!(card["memory"]["dedicated_mib"].as_u64(), Some(8192), "{card:#}");
+    let warnings = card["warnings"].to_string();
+    assert!(warnings.contains("8 or 16 GB"), "{warnings}");
+    assert!(warnings.contains("Resizable BAR is off") && warnings.contains("is 256 MiB"), "{warnings}");
+    std::fs::write(&window, "0x0000006000000000 16G\n".repeat(3)).unwrap();
+    let garbled = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&garbled, "0000:03:00.0");
+    let warnings = card["warnings"].to_string();
+    assert!(warnings.contains("0000:03:00.0/resource") && warnings.contains("16G"), "{warnings}");
+    assert_eq!(card["memory"]["dedicated_mib"].as_u64(), Some(8192), "{card:#}");
+    assert_eq!(card["accessible"], true, "{card:#}");
 
     // A tile size that is not a number is named, and the table's size stands in.
     let root = dir.path().join("garbled");

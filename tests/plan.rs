@@ -411,8 +411,11 @@ fn an_intel_arc_card_runs_the_vulkan_build() {
     let reasons = arc["candidates"].to_string();
     assert!(reasons.contains("cuda build does not drive intel devices"), "{reasons}");
 
+    // The 16 GB A770 (told by its memory window) runs the 16 GB tier, not the 8 GB card's model.
     let plan = plan_json("arc-a770-igpu", &[]);
-    assert_eq!(group(&plan, "0000:03:00.0")["choice"]["variant"], "vulkan", "{plan:#}");
+    let arc = group(&plan, "0000:03:00.0");
+    assert_eq!(arc["choice"]["variant"], "vulkan", "{plan:#}");
+    assert_eq!(arc["choice"]["profile"], "qwen3.6-35b-a3b-moe-16g", "{arc:#}");
     let igpu = plan["unplanned"].as_array().unwrap().iter().find(|u| u["device"] == "0000:00:02.0");
     let why = igpu.unwrap_or_else(|| panic!("the integrated GPU is listed: {plan:#}"))["reason"].to_string();
     assert!(why.contains("integrated Intel graphics"), "{why}");

@@ -2,15 +2,23 @@
 //! integrated Intel graphics share the CPU's memory and bandwidth and are listed only, so the CPU
 //! engine serves there. The xe driver publishes each tile's VRAM
 //! (`tileN/physical_vram_size_bytes`); mainline i915 publishes none, so a known card's size then
-//! comes from our table (as specified, not measured).
+//! comes from our table (as specified, not measured), and where one id covers two sizes the
+//! card's memory window tells them apart.
 
 use std::path::Path;
 
 use super::pci::PciDevice;
+use super::pci_ids::KnownCard;
 use super::{drm, pci_ids, sysfs, Device, Driver, Host, Memory, Source, SysRoot, Telemetry, Vendor};
 
 /// Most tiles a card may have (Data Center GPU Max has two).
 const MAX_TILES: u32 = 4;
+/// PCI region 2 of an Arc card is the CPU's window onto its memory. At probe i915 and xe grow it
+/// to the memory rounded up to a power of two where the platform allows (Resizable BAR);
+/// otherwise the firmware's 256 MiB stays.
+const MEMORY_WINDOW_REGION: usize = 2;
+/// A window at least this large was grown to the card's memory.
+const GROWN_WINDOW_MIB: u64 = 1024;
 
 pub fn probe(root: &SysRoot, pci: &[&PciDevice], host: &Host) -> Vec<Device> {
     pci.iter().map(|p| build_device(root, p, host)).collect()
@@ -50,15 +58,18 @@ fn build_device(root: &SysRoot, pci: &PciDevice, host: &Host) -> Device {
     if arch.is_none() {
         warnings.push("GPU generation unknown: the card is not in our table".to_string());
     }
-    let dedicated = vram.or_else(|| known.map(|k| k.memory_mib)).unwrap_or(0);
-    if vram.is_none() {
-        warnings.push(match known.and_then(|k| k.memory_note) {
-            Some(note) => format!("memory {dedicated} MiB is the card's specification, not measured: {note}"),
-            None => format!(
-                "memory {dedicated} MiB is the card's specification, not measured (the i915 driver \
-                 does not publish it; the xe driver does)"
-            ),
-        });
+    let window = memory_window_mib(&dir, &mut warnings);
+    let dedicated = match (vram, known) {
+        (Some(measured), _) => measured,
+        (None, Some(card)) => specified_mib(card, window, &mut warnings),
+        (None, None) => 0,
+    };
+    if let Some(window) = window.filter(|&w| w < GROWN_WINDOW_MIB) {
+        warnings.push(format!(
+            "Resizable BAR is off: the CPU's window onto the card's memory (PCI region 2) is {window} MiB; \
+             Intel requires Resizable BAR for Arc cards (enable it, with Above 4G decoding, in the \
+             firmware setup)"
+        ));
     }
     let accessible = intel_accessible(root, pci, host, &mut warnings);
     Device {
@@ -88,6 +99,62 @@ fn tile_vram_mib(dir: &Path, warnings: &mut Vec<String>) -> Option<u64> {
         }
     }
     total
+}
+
+/// The card's memory where the driver publishes none (i915): the table's, as specified. Where one
+/// id covers two sizes, a window grown to the memory tells them apart; without one the smaller
+/// counts, so a plan never counts on memory the card may not have.
+fn specified_mib(card: &KnownCard, window_mib: Option<u64>, warnings: &mut Vec<String>) -> u64 {
+    let unmeasured = "not measured (the i915 driver does not publish it; the xe driver does)";
+    let Some(larger) = card.larger_memory_mib else {
+        warnings.push(format!("memory {} MiB is the card's specification, {unmeasured}", card.memory_mib));
+        return card.memory_mib;
+    };
+    let (smaller, gb) = (card.memory_mib, |mib: u64| mib / 1024);
+    let Some(size) = [smaller, larger].into_iter().find(|size| window_mib == Some(size.next_power_of_two()))
+    else {
+        warnings.push(format!(
+            "memory {smaller} MiB is the card's specification, {unmeasured}: the {} ships with {} or {} GB \
+             under one id, and only a memory window grown by Resizable BAR tells them apart",
+            card.model,
+            gb(smaller),
+            gb(larger)
+        ));
+        return smaller;
+    };
+    warnings.push(format!(
+        "memory {size} MiB is the specification of the {} GB {}, told from the {} GB one by its {size} \
+         MiB memory window (PCI region 2); {unmeasured}",
+        gb(size),
+        card.model,
+        gb(if size == larger { smaller } else { larger })
+    ));
+    size
+}
+
+/// The size of the card's memory window (PCI region 2) from its `resource` file; none where the
+/// file is missing (a tree captured before it was) or unreadable (with a warning naming it).
+fn memory_window_mib(dir: &Path, warnings: &mut Vec<String>) -> Option<u64> {
+    let file = dir.join("resource");
+    if !file.exists() {
+        return None;
+    }
+    let text = match sysfs::read_trimmed(&file) {
+        Ok(text) => text,
+        Err(e) => {
+            warnings.push(e);
+            return None;
+        }
+    };
+    let size = sysfs::parse_pci_region_size(&text, MEMORY_WINDOW_REGION);
+    if size.is_none() {
+        warnings.push(format!(
+            "{}: expected `start end flags` in hex for region {MEMORY_WINDOW_REGION}, found {:?}",
+            file.display(),
+            text.lines().nth(MEMORY_WINDOW_REGION).unwrap_or("").chars().take(60).collect::<String>()
+        ));
+    }
+    size.map(sysfs::bytes_to_mib).filter(|&mib| mib > 0)
 }
 
 /// Vulkan needs the card's render node; containers get it only with `--device /dev/dri`.

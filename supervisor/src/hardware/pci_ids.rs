@@ -9,11 +9,12 @@ pub struct KnownCard {
     pub device: u16,
     pub model: &'static str,
     pub arch: &'static str,
-    /// Memory as the driver reports it on this card (MiB), or the carve-out of an APU.
+    /// Memory as the driver reports it on this card (MiB), or the carve-out of an APU; where one
+    /// id covers two memory sizes, the smaller.
     pub memory_mib: u64,
     pub integrated: bool,
-    /// Why `memory_mib` may be short of the card in hand (one id, several memory sizes).
-    pub memory_note: Option<&'static str>,
+    /// The larger version's memory (MiB) where one id covers two sizes (the Arc A770: 8 or 16 GB).
+    pub larger_memory_mib: Option<u64>,
 }
 
 const fn card(
@@ -23,22 +24,38 @@ const fn card(
     arch: &'static str,
     memory_mib: u64,
 ) -> KnownCard {
-    KnownCard { vendor, device, model, arch, memory_mib, integrated: false, memory_note: None }
+    KnownCard { vendor, device, model, arch, memory_mib, integrated: false, larger_memory_mib: None }
 }
 
 const fn apu(device: u16, model: &'static str, arch: &'static str) -> KnownCard {
-    KnownCard { vendor: 0x1002, device, model, arch, memory_mib: 0, integrated: true, memory_note: None }
+    KnownCard {
+        vendor: 0x1002,
+        device,
+        model,
+        arch,
+        memory_mib: 0,
+        integrated: true,
+        larger_memory_mib: None,
+    }
 }
 
-/// An Intel Arc card whose memory size the id does not settle: the smaller one, with why.
+/// An Intel Arc card sold in two memory sizes under one id.
 const fn card_of_two_sizes(
     device: u16,
     model: &'static str,
     arch: &'static str,
-    memory_mib: u64,
-    note: &'static str,
+    smaller_mib: u64,
+    larger_mib: u64,
 ) -> KnownCard {
-    KnownCard { vendor: 0x8086, device, model, arch, memory_mib, integrated: false, memory_note: Some(note) }
+    KnownCard {
+        vendor: 0x8086,
+        device,
+        model,
+        arch,
+        memory_mib: smaller_mib,
+        integrated: false,
+        larger_memory_mib: Some(larger_mib),
+    }
 }
 
 pub const KNOWN_CARDS: &[KnownCard] = &[
@@ -65,7 +82,7 @@ pub const KNOWN_CARDS: &[KnownCard] = &[
     // AMD RDNA3
     card(0x1002, 0x744c, "Radeon RX 7900 XTX", "gfx1100", 24560),
     // Intel Arc: Alchemist (DG2, Xe-HPG) and Battlemage (Xe2-HPG), served by the Vulkan build
-    card_of_two_sizes(0x56a0, "Arc A770", "xe-hpg", 8192, "the A770 ships with 8 or 16 GB under one id"),
+    card_of_two_sizes(0x56a0, "Arc A770", "xe-hpg", 8192, 16384),
     card(0x8086, 0x56a1, "Arc A750", "xe-hpg", 8192),
     card(0x8086, 0x56a5, "Arc A380", "xe-hpg", 6144),
     card(0x8086, 0xe20b, "Arc B580", "xe2-hpg", 12288),

@@ -34,6 +34,29 @@ pub fn parse_hex(text: &str) -> Option<u32> {
     u32::from_str_radix(digits, 16).ok()
 }
 
+/// `0x00000000fb000000` (64-bit, as sysfs prints addresses) or without the prefix.
+pub fn parse_hex_u64(text: &str) -> Option<u64> {
+    let digits = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// Size in bytes of region `bar` from a PCI device's `resource` file, one `start end flags` line
+/// of hex per region: 0 for a region the device does not decode (all three zero).
+pub fn parse_pci_region_size(text: &str, bar: usize) -> Option<u64> {
+    let mut fields = text.lines().nth(bar)?.split_whitespace().map(parse_hex_u64);
+    let (start, end, _flags) = (fields.next()??, fields.next()??, fields.next()??);
+    if fields.next().is_some() {
+        return None;
+    }
+    if start == 0 && end == 0 {
+        return Some(0);
+    }
+    end.checked_sub(start)?.checked_add(1)
+}
+
 /// `key value` lines as in KFD `properties` files; the first value of a key wins.
 pub fn parse_properties(text: &str) -> Vec<(&str, &str)> {
     text.lines()
@@ -97,12 +120,28 @@ mod tests {
         assert_eq!(property_u64(&props, "missing"), None);
     }
 
+    #[test]
+    fn parses_pci_region_sizes() {
+        // An Arc A770 16 GB with Resizable BAR: BAR 0 (16 MiB registers), BAR 2 resized to 16 GiB.
+        let text = "0x0000000082000000 0x0000000082ffffff 0x0000000000040200\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                    0x0000006000000000 0x00000063ffffffff 0x000000000014220c\n";
+        assert_eq!(parse_pci_region_size(text, 0), Some(16 << 20));
+        assert_eq!(parse_pci_region_size(text, 1), Some(0));
+        assert_eq!(parse_pci_region_size(text, 2), Some(16 << 30));
+        assert_eq!(parse_pci_region_size(text, 3), None, "no such line");
+        assert_eq!(parse_pci_region_size("0x10 0x0f 0x0\n", 0), None, "ends before it starts");
+        assert_eq!(parse_pci_region_size("0x10 0x1f\n", 0), None, "no flags");
+        assert_eq!(parse_pci_region_size("16 GiB\n", 0), None);
+    }
+
     proptest! {
         // Whatever bytes a sysfs file holds, the parsers answer or decline; they never panic.
         #[test]
         fn parsers_never_panic(text in "\\PC*") {
             let _ = parse_hex(&text);
             let _ = parse_meminfo_total_mib(&text);
+            let _ = parse_pci_region_size(&text, 2);
             let props = parse_properties(&text);
             let _ = property_u64(&props, "gfx_target_version");
         }
@@ -110,6 +149,12 @@ mod tests {
         #[test]
         fn hex_round_trips(value in any::<u32>()) {
             prop_assert_eq!(parse_hex(&format!("0x{value:x}")), Some(value));
+        }
+
+        #[test]
+        fn region_sizes_round_trip(start in 0u64..1 << 48, size in 1u64..1 << 40) {
+            let text = format!("0x{start:016x} 0x{:016x} 0x0000000000040200\n", start + size - 1);
+            prop_assert_eq!(parse_pci_region_size(&text, 0), Some(size));
         }
     }
 }
