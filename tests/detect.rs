@@ -460,6 +460,22 @@ fn intel_arc_cards_are_usable_and_integrated_intel_graphics_are_listed_only() {
     assert_eq!(card["memory"]["dedicated_mib"].as_u64(), Some(8192), "{card:#}");
     assert_eq!(card["accessible"], true, "{card:#}");
 
+    // The workstation Battlemage cards people buy for local models: the Arc Pro B60 (24 GB).
+    let root = dir.path().join("b60");
+    copy_tree(&host_fixture("arc-b580"), &root);
+    let card_dir = std::fs::canonicalize(root.join("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+    std::fs::write(card_dir.join("device"), "0xe211\n").unwrap();
+    std::fs::write(card_dir.join("tile0/physical_vram_size_bytes"), format!("{}\n", 24u64 << 30)).unwrap();
+    let b60 = json_of(&run_ok(lucebox().args(["detect", "--json", "--root"]).arg(&root)));
+    let card = device(&b60, "0000:03:00.0");
+    assert_eq!(
+        (card["model"].as_str(), card["arch"].as_str()),
+        (Some("Arc Pro B60"), Some("xe2-hpg")),
+        "{card:#}"
+    );
+    assert_eq!(card["memory"]["dedicated_mib"].as_u64(), Some(24576), "{card:#}");
+    assert_eq!(card["accessible"], true, "{card:#}");
+
     // A tile size that is not a number is named, and the table's size stands in.
     let root = dir.path().join("garbled");
     copy_tree(&host_fixture("arc-b580"), &root);

@@ -87,6 +87,8 @@ pub const KNOWN_CARDS: &[KnownCard] = &[
     card(0x8086, 0x56a5, "Arc A380", "xe-hpg", 6144),
     card(0x8086, 0xe20b, "Arc B580", "xe2-hpg", 12288),
     card(0x8086, 0xe20c, "Arc B570", "xe2-hpg", 10240),
+    card(0x8086, 0xe211, "Arc Pro B60", "xe2-hpg", 24576),
+    card(0x8086, 0xe212, "Arc Pro B50", "xe2-hpg", 16384),
     // AMD APUs: memory is a BIOS carve-out plus GTT, measured at run time.
     apu(0x1586, "Radeon 8060S", "gfx1151"),
     apu(0x150e, "Radeon 890M", "gfx1150"),
