@@ -411,6 +411,21 @@ fn an_intel_arc_card_runs_the_vulkan_build() {
     let reasons = arc["candidates"].to_string();
     assert!(reasons.contains("cuda build does not drive intel devices"), "{reasons}");
 
+    // A discrete card newer than our table, its memory measured by xe: the portable Vulkan build
+    // needs no target, so it serves (the CUDA and ROCm builds would need one).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    copy_tree(&host_fixture("arc-b580"), &root);
+    let card_dir = std::fs::canonicalize(root.join("sys/bus/pci/devices/0000:03:00.0")).unwrap();
+    std::fs::write(card_dir.join("device"), "0xe2ff\n").unwrap();
+    let plan = json_of(&run_ok(lucebox().args(["plan", "--json", "--root"]).arg(&root)));
+    let newer = group(&plan, "0000:03:00.0");
+    assert_eq!(newer["choice"]["variant"], "vulkan", "{newer:#}");
+    assert!(
+        newer["candidates"].to_string().contains("target unknown; the vulkan build runs on any"),
+        "{newer:#}"
+    );
+
     // The 16 GB A770 (told by its memory window) runs the 16 GB tier, not the 8 GB card's model.
     let plan = plan_json("arc-a770-igpu", &[]);
     let arc = group(&plan, "0000:03:00.0");

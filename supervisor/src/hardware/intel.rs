@@ -56,7 +56,10 @@ fn build_device(root: &SysRoot, pci: &PciDevice, host: &Host) -> Device {
     }
     let arch = known.map(|k| k.arch.to_string());
     if arch.is_none() {
-        warnings.push("GPU generation unknown: the card is not in our table".to_string());
+        warnings.push(
+            "GPU generation unknown: the card is not in our table (the portable Vulkan build still runs on it)"
+                .to_string(),
+        );
     }
     let window = memory_window_mib(&dir, &mut warnings);
     let dedicated = match (vram, known) {

@@ -27,8 +27,14 @@ pub fn variant_fits(variant: &Variant, device: &Device, host: &Host) -> Result<S
             device.vendor.as_str()
         ));
     }
-    let arch = device.arch.as_deref().ok_or_else(|| "device target unknown".to_string())?;
-    let arch_note = arch_fits(variant, arch)?;
+    let arch_note = match device.arch.as_deref() {
+        Some(arch) => arch_fits(variant, arch)?,
+        // A portable build (Vulkan's SPIR-V) needs no target: a card newer than our table still runs.
+        None if variant.archs.iter().any(|a| a == "*") => {
+            format!("target unknown; the {} build runs on any", variant.name)
+        }
+        None => return Err("device target unknown".to_string()),
+    };
     if let Some(need) = &variant.min_driver {
         let have = device.driver.version.as_deref().or(host.kernel.as_deref());
         match have.and_then(|h| version::at_least(h, need)) {
