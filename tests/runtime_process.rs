@@ -3,9 +3,13 @@
 
 mod runtime_support;
 
-use std::time::Duration;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
+use lucebox_engine::{LoadSignal, LoadSource};
 use runtime_support::*;
+use tokio::sync::watch;
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -224,4 +228,74 @@ fn bench_names_a_taken_bare_start_port() {
     assert!(stderr.contains(&named), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(50), "took {:?}", started.elapsed());
     assert!(engine_pids(port).is_empty(), "engine left");
+}
+
+/// An engine that answers but publishes no queue (dflash_server: no `/metrics`, no `/slots`): the
+/// load publisher counts the requests in flight from the kernel's view of its connections, so
+/// the page shows them and an update waits for them. A connection kept open after its answer is
+/// idle, and this process's own connections (as the supervisor's probes) are left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_without_a_queue_shows_the_requests_in_flight_on_its_connections() {
+    use std::io::Write;
+
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/runtime/queueless_engine.py");
+    let _engine = KillOnDrop(Command::new("python3").arg(&script).arg(port.to_string()).spawn().unwrap());
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let listening = Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(listening.elapsed() < Duration::from_secs(10), "the engine never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut load = lucebox::runtime::load::load_signal(addr, cancel.clone());
+    // A user's request from another process, held open for the length of the test.
+    let user = |path: &str| {
+        let code = format!(
+            "import socket, time\ns = socket.create_connection(('127.0.0.1', {port}))\n\
+             s.sendall(b'POST {path} HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 0\\r\\n\\r\\n')\ntime.sleep(120)"
+        );
+        KillOnDrop(Command::new("python3").args(["-c", &code]).spawn().unwrap())
+    };
+    in_flight(&mut load, 0, Duration::from_secs(5)).await;
+    let holding = user("/hold");
+    // This process's own request is not a user's.
+    let mut own = std::net::TcpStream::connect(addr).unwrap();
+    own.write_all(b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").unwrap();
+    in_flight(&mut load, 1, Duration::from_secs(5)).await;
+    // Answered at once and kept open: busy while its answer is fresh, then idle.
+    let _kept_open = user("/quick");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    in_flight(&mut load, 1, Duration::from_secs(3)).await;
+    let streaming = user("/stream");
+    in_flight(&mut load, 2, Duration::from_secs(5)).await;
+    drop((holding, streaming));
+    in_flight(&mut load, 0, Duration::from_secs(8)).await;
+    cancel.cancel();
+}
+
+/// A child process killed when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits up to `within` for the publisher to show `expected` requests in flight on connections.
+async fn in_flight(load: &mut watch::Receiver<Option<LoadSignal>>, expected: u32, within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut seen = None;
+    while Instant::now() < deadline {
+        seen = load.borrow_and_update().clone();
+        if let Some(signal) = seen.as_ref().filter(|s| s.requests_processing == expected) {
+            assert_eq!(signal.source, LoadSource::Connections, "{signal:?}");
+            assert!(!signal.shows_queue());
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(500), load.changed()).await;
+    }
+    panic!("expected {expected} in flight, last seen {seen:?}");
 }

@@ -585,3 +585,24 @@ async fn a_fan_loop_hung_in_a_sysfs_read_stops_feeding_the_watchdog() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// An engine that publishes no queue shows only the requests on its connections: that signal
+/// never reaches the fan loop's forecast (it knows no prompt or stream, and an engine it calls
+/// idle while the card works would teach the forecast the work's power as idle power). The
+/// forecast saves the served model of every signal it reads, which shows what reached it.
+#[tokio::test]
+async fn requests_counted_on_connections_never_reach_the_forecast() {
+    let (fixture, arch, hwmon) = ("rx6800-hwmon", "gfx1030", "hwmon2");
+    let serving = LoadSignal { model: Some("served.gguf".into()), ..Default::default() };
+    let on_connections = LoadSignal { model: serving.model.clone(), ..LoadSignal::from_connections(2) };
+    for (signal, reached) in [(serving, true), (on_connections, false)] {
+        let rig = Rig::start(fixture, arch, hwmon);
+        rig.load.send_replace(Some(signal.clone()));
+        rig.until_driven().await;
+        ticks(5).await;
+        let rig = rig.stop().await;
+        let forecast = rig.state.path().join("thermal/0000_03_00.0-serial1.forecast.json");
+        let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&forecast).unwrap()).unwrap();
+        assert_eq!(saved["model"] == "served.gguf", reached, "{signal:?}: {saved}");
+    }
+}

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::load::{LoadSignal, TokenRate};
+use crate::load::{LoadSignal, LoadSource, TokenRate};
 use crate::metrics::{EngineMetrics, MetricsError};
 use crate::props::{EngineProps, PropsError};
 use crate::slots::{parse_slot_reports, SlotsError};
@@ -296,6 +296,7 @@ impl EngineClient {
             slots,
             tokens_per_s,
             model: None,
+            source: LoadSource::Queue,
         })
     }
 
@@ -411,7 +412,7 @@ fn gauge_u32(value: f64) -> u32 {
     }
 }
 
-fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

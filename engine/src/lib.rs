@@ -10,6 +10,6 @@ pub mod variants;
 pub mod version;
 
 pub use client::{ClientError, EngineClient, Health};
-pub use load::{LoadSignal, SlotLoad, TokenRate};
+pub use load::{LoadSignal, LoadSource, SlotLoad, TokenRate};
 pub use metrics::EngineMetrics;
 pub use props::EngineProps;

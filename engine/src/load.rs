@@ -34,9 +34,39 @@ pub struct LoadSignal {
     /// rates seen with this signal belong to.
     #[serde(default)]
     pub model: Option<String>,
+    /// Where the figures come from: the engine's queue, or only its connections.
+    #[serde(default)]
+    pub source: LoadSource,
+}
+
+/// Where a [`LoadSignal`] comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadSource {
+    /// The engine's `/metrics` and `/slots`: requests, slots, prompt and output tokens.
+    #[default]
+    Queue,
+    /// An engine that publishes no queue: `requests_processing` counts the connections serving a
+    /// request, and nothing else is known (no slots, no tokens).
+    Connections,
 }
 
 impl LoadSignal {
+    /// What is known of an engine that publishes no queue: `requests` being served now.
+    pub fn from_connections(requests: u32) -> Self {
+        Self {
+            at_unix_ms: crate::client::unix_ms(),
+            requests_processing: requests,
+            source: LoadSource::Connections,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this shows the engine's queue (what the fan forecast reads), not just connections.
+    pub fn shows_queue(&self) -> bool {
+        self.source == LoadSource::Queue
+    }
+
     /// Prompt tokens not yet prefilled in the active slots.
     pub fn waiting_prompt_tokens(&self) -> u64 {
         self.slots

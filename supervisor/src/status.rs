@@ -84,12 +84,15 @@ impl EngineStatus {
 /// What the engine's queue shows right now.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LoadSnapshot {
+    /// Requests being served; for an engine that publishes no queue, its connections serving one.
     pub requests_processing: u32,
     pub requests_deferred: u32,
     pub waiting_prompt_tokens: u64,
     pub active_streams: u32,
     pub remaining_tokens: u64,
     pub tokens_per_s: f64,
+    /// The engine publishes no queue: only `requests_processing` is known, from its connections.
+    pub from_connections: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

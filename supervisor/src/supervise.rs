@@ -290,6 +290,7 @@ async fn publish_load(
             active_streams: signal.active_streams(),
             remaining_tokens: signal.remaining_tokens(),
             tokens_per_s: signal.tokens_per_s.unwrap_or(0.0),
+            from_connections: !signal.shows_queue(),
         });
         status.update(|s| {
             if let Some(entry) = s.engines.get_mut(&engine) {

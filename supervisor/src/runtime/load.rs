@@ -1,11 +1,13 @@
 //! The load publisher: per engine, a watch channel with what its queue shows, sampled at 1 Hz
-//! through the engine client (`None` while the engine does not answer).
+//! through the engine client (`None` while the engine does not answer). An engine that answers
+//! but publishes no queue (dflash_server) shows the requests in flight on its connections
+//! ([`super::in_flight`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lucebox_engine::{EngineClient, LoadSignal};
+use lucebox_engine::{ClientError, EngineClient, LoadSignal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +46,11 @@ pub fn load_signal(addr: SocketAddr, cancel: CancellationToken) -> watch::Receiv
                 _ = tx.closed() => return,
                 _ = tick.tick() => {}
             }
-            let signal = client.load().await.ok();
+            let signal = match client.load().await {
+                Ok(signal) => Some(signal),
+                Err(ClientError::NoLoadSurface { addr }) => connections_in_flight(addr.port()).await,
+                Err(_) => None,
+            };
             tx.send_if_modified(|current| {
                 let changed = *current != signal;
                 *current = signal;
@@ -53,4 +59,12 @@ pub fn load_signal(addr: SocketAddr, cancel: CancellationToken) -> watch::Receiv
         }
     });
     rx
+}
+
+/// The requests in flight at an engine with no queue to read, from the kernel's view of its
+/// connections (a netlink dump, off the async workers); none where the kernel does not answer.
+async fn connections_in_flight(port: u16) -> Option<LoadSignal> {
+    let requests =
+        tokio::task::spawn_blocking(move || super::in_flight::requests_in_flight(port)).await.ok()?.ok()?;
+    Some(LoadSignal::from_connections(requests))
 }

@@ -9,6 +9,7 @@ pub mod docker;
 mod engine;
 mod exit;
 pub mod gpu_access;
+pub mod in_flight;
 pub mod load;
 mod loglines;
 pub mod memory;

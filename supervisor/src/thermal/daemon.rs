@@ -576,7 +576,8 @@ pub async fn control_loop_with(
             _ = ticker.tick() => {}
         }
         let t_s = started.elapsed().as_secs_f64();
-        let signal = load.borrow().clone();
+        // Connections alone say nothing of prompts or streams: the forecast then sees no queue.
+        let signal = load.borrow().clone().filter(LoadSignal::shows_queue);
         let save = last_save.elapsed() >= config.save_every;
         // The round reads sysfs or NVML, writes the fan and may run a board hook: off the async
         // workers, so a read a wedged driver never answers holds a thread of its own.

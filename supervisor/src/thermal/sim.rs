@@ -115,7 +115,7 @@ impl EngineSim {
                 })
                 .collect(),
             tokens_per_s: None,
-            model: None,
+            ..LoadSignal::default()
         }
     }
 }

@@ -42,8 +42,10 @@ function renderEngines(engines) {
       el("dl", {},
         el("dt", {}, "Profile"), el("dd", {}, e.profile),
         el("dt", {}, "Engine build"), el("dd", {}, e.variant),
-        el("dt", {}, "Tokens/s"), el("dd", { class: "tokens" }, e.load ? load.tokens_per_s.toFixed(1) : "—"),
-        el("dt", {}, "Queue"), el("dd", {}, e.load ? `${load.requests_processing} running, ${load.requests_deferred} waiting` : "—"),
+        el("dt", {}, "Tokens/s"), el("dd", { class: "tokens" }, e.load && !load.from_connections ? load.tokens_per_s.toFixed(1) : "—"),
+        el("dt", {}, "Queue"), el("dd", {}, !e.load ? "—" : load.from_connections
+          ? `${load.requests_processing} in flight (from its connections: this engine publishes no queue)`
+          : `${load.requests_processing} running, ${load.requests_deferred} waiting`),
         el("dt", {}, "Runs as"), el("dd", {}, `${e.runtime}${e.instance ? " " + e.instance.slice(0, 12) : ""}, port ${e.port}`),
         el("dt", {}, "Restarts"), el("dd", {}, e.restarts),
         el("dt", {}, "Since"), el("dd", {}, time(e.since_unix_ms))));
