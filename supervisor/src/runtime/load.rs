@@ -48,7 +48,7 @@ pub fn load_signal(addr: SocketAddr, cancel: CancellationToken) -> watch::Receiv
             }
             let signal = match client.load().await {
                 Ok(signal) => Some(signal),
-                Err(ClientError::NoLoadSurface { addr }) => connections_in_flight(addr.port()).await,
+                Err(ClientError::NoLoadSurface { addr }) => connections_in_flight(addr).await,
                 Err(_) => None,
             };
             tx.send_if_modified(|current| {
@@ -63,8 +63,8 @@ pub fn load_signal(addr: SocketAddr, cancel: CancellationToken) -> watch::Receiv
 
 /// The requests in flight at an engine with no queue to read, from the kernel's view of its
 /// connections (a netlink dump, off the async workers); none where the kernel does not answer.
-async fn connections_in_flight(port: u16) -> Option<LoadSignal> {
+async fn connections_in_flight(engine: SocketAddr) -> Option<LoadSignal> {
     let requests =
-        tokio::task::spawn_blocking(move || super::in_flight::requests_in_flight(port)).await.ok()?.ok()?;
+        tokio::task::spawn_blocking(move || super::in_flight::requests_in_flight(engine)).await.ok()?.ok()?;
     Some(LoadSignal::from_connections(requests))
 }
