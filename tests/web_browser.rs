@@ -350,6 +350,36 @@ async fn page_shows_live_engine_state_and_devices_in_chromium() {
     browser.screenshot(&screenshot_path().with_file_name("web-status-phone.png")).await;
     browser.command("POST", "window/rect", Some(&json!({ "width": 1000, "height": 1500 }))).await;
 
+    // An engine that publishes no queue (dflash_server): the requests counted on its connections.
+    status.update(|s| {
+        s.engines.insert(
+            "engine-1".into(),
+            EngineStatus {
+                state: EngineState::Ready,
+                variant: "cuda".into(),
+                profile: "qwen3.6-27b-dflash-24g".into(),
+                port: 8081,
+                load: Some(LoadSnapshot {
+                    requests_processing: 2,
+                    from_connections: true,
+                    ..LoadSnapshot::default()
+                }),
+                ..EngineStatus::new("engine-1", "process", unix_ms())
+            },
+        );
+    });
+    let queue_of = |engine: &str| {
+        format!(
+            "const card = document.querySelector('[data-engine=\"{engine}\"]'); if (!card) return null; \
+             const dt = Array.from(card.querySelectorAll('dt')).find(d => d.textContent == 'Queue'); \
+             return dt.nextElementSibling.textContent + ' | ' + card.querySelector('.tokens').textContent"
+        )
+    };
+    let on_connections = "2 in flight (from its connections: this engine publishes no queue) | —";
+    browser.wait_for("requests on connections", &queue_of("engine-1"), |v| v == on_connections, within).await;
+    let queue = browser.eval(&queue_of("engine-0")).await;
+    assert_eq!(queue, format!("0 running, 0 waiting | {tokens_per_s:.1}"), "an engine with a queue");
+
     // The engine goes down: the page keeps updating and says so.
     engine.kill().await.unwrap();
     browser
