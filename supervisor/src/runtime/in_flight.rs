@@ -16,12 +16,15 @@ use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, InetResponse, 
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 use netlink_sys::Socket;
+use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::time::TimeVal;
 
 /// An answer counts as streaming while the engine wrote to its connection this recently.
 const STREAMING_MS: u32 = 2000;
 /// Most sockets one dump reads: a box serves a handful of clients, and the loop is bounded.
 const MAX_SOCKETS: usize = 65_536;
 const RECEIVE_BUFFER: usize = 64 * 1024;
+const RECEIVE_TIMEOUT_S: i64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InFlightError {
@@ -115,6 +118,9 @@ fn own_socket_inodes() -> HashSet<u32> {
 /// Every established TCP socket of one address family, with its `tcp_info`.
 fn established_tcp(family: u8) -> Result<Vec<TcpSocket>, InFlightError> {
     let mut socket = Socket::new(NETLINK_SOCK_DIAG).map_err(InFlightError::Socket)?;
+    // The kernel answers a dump at once; a read that never returns would hold the sampler.
+    setsockopt(&socket, sockopt::ReceiveTimeout, &TimeVal::new(RECEIVE_TIMEOUT_S, 0))
+        .map_err(|e| InFlightError::Socket(e.into()))?;
     socket.bind_auto().map_err(InFlightError::Socket)?;
     socket.connect(&netlink_sys::SocketAddr::new(0, 0)).map_err(InFlightError::Socket)?;
     let mut header = NetlinkHeader::default();
