@@ -538,6 +538,41 @@ async fn a_fan_that_cannot_be_handed_back_is_tried_again_until_it_is() {
     rig.task.await.unwrap();
 }
 
+/// A sensor file turned into a FIFO nobody writes: a read of it blocks, as a wedged driver's
+/// does. Dropped (the test over, or failed), it answers any read waiting on it and is a file
+/// again, so no thread stays stuck in it and a failing test fails rather than hangs.
+struct WedgedFile {
+    path: PathBuf,
+    reading: String,
+    scratch: PathBuf,
+}
+
+impl WedgedFile {
+    fn wedge(path: PathBuf, scratch: &std::path::Path) -> Self {
+        let reading = std::fs::read_to_string(&path).unwrap();
+        let fifo = scratch.join("wedged-fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
+        std::fs::rename(&fifo, &path).unwrap();
+        Self { path, reading, scratch: scratch.to_path_buf() }
+    }
+}
+
+impl Drop for WedgedFile {
+    fn drop(&mut self) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = self.scratch.join("wedged-file");
+        let _ = std::fs::write(&file, &self.reading);
+        // Opens only where a reader waits (else ENXIO, and nobody needs an answer).
+        let writer =
+            std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_NONBLOCK).open(&self.path);
+        let _ = std::fs::rename(&file, &self.path);
+        if let Ok(mut writer) = writer {
+            let _ = writer.write_all(self.reading.as_bytes());
+        }
+    }
+}
+
 /// A wedged GPU driver can block a sysfs read for good. The fan loop's thread then hangs inside
 /// its round while the rest of the supervisor runs on, so the loop's heartbeat falls silent and
 /// systemd's watchdog is no longer fed (`lucebox::watchdog`). Here the junction file becomes a
@@ -546,11 +581,9 @@ async fn a_fan_that_cannot_be_handed_back_is_tried_again_until_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_loop_hung_in_a_sysfs_read_stops_feeding_the_watchdog() {
     use lucebox::watchdog::Heartbeats;
-    use std::io::Write;
 
     let (dir, root) = copy_fixture("rx6800-hwmon");
     let junction = root.join(format!("{DEV}/hwmon/hwmon2/temp2_input"));
-    let reading = std::fs::read_to_string(&junction).unwrap();
     let heartbeats = Heartbeats::default();
     let silence = Duration::from_millis(600);
     let config = ControlConfig {
@@ -567,23 +600,104 @@ async fn a_fan_loop_hung_in_a_sysfs_read_stops_feeding_the_watchdog() {
     tokio::time::sleep(2 * silence).await;
     assert_eq!(heartbeats.silent(), [], "a turning loop beats");
 
-    let fifo = dir.path().join("junction-fifo");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
-    std::fs::rename(&fifo, &junction).unwrap();
+    let wedged = WedgedFile::wedge(junction, dir.path());
     tokio::time::sleep(2 * silence).await;
     let silent: Vec<String> = heartbeats.silent().into_iter().map(|(name, _)| name).collect();
     assert_eq!(silent, ["fan loop of 0000:03:00.0"]);
 
-    // The read returns (a writer comes and goes) and the file is a file again.
-    let file = dir.path().join("junction-file");
-    std::fs::write(&file, &reading).unwrap();
-    let mut writer = std::fs::OpenOptions::new().write(true).open(&junction).unwrap();
-    std::fs::rename(&file, &junction).unwrap();
-    writer.write_all(reading.as_bytes()).unwrap();
-    drop(writer);
+    // The read returns and the file is a file again.
+    drop(wedged);
     assert!(eventually(|| heartbeats.silent().is_empty(), |_| {}).await, "the loop beats again");
     cancel.cancel();
     task.await.unwrap();
+}
+
+/// A wedged driver on one card of a group (a model split over two cards) must hold up neither
+/// the other card's fan nor its own: each fan has a loop of its own, and a round stuck past its
+/// allowance hands its fan back from another thread. Card A's junction becomes a FIFO nobody
+/// writes; card B then reaches its limit and goes to full speed while A's fan is on firmware
+/// auto. Once A's read returns, its loop drives the fan again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_whose_driver_stops_answering_holds_up_neither_its_own_fan_nor_the_one_beside_it() {
+    let (dir, root) = copy_fixture("rx6800-hwmon");
+    let beside = DEV.replace("0000:03:00.0", "0000:04:00.0");
+    assert!(std::process::Command::new("cp")
+        .arg("-a")
+        .arg(root.join(DEV))
+        .arg(root.join(&beside))
+        .status()
+        .unwrap()
+        .success());
+    let card_a = common::thermal::amd_hwmon_device("gfx1030", &format!("{DEV}/hwmon/hwmon2"));
+    let card_b = Device {
+        id: "0000:04:00.0".into(),
+        uid: Some("serial2".into()),
+        telemetry: lucebox::hardware::Telemetry {
+            sysfs_path: Some(beside.clone()),
+            hwmon_path: Some(format!("{beside}/hwmon/hwmon2")),
+            ..Default::default()
+        },
+        ..card_a.clone()
+    };
+    let (hwmon_a, hwmon_b) =
+        (root.join(format!("{DEV}/hwmon/hwmon2")), root.join(format!("{beside}/hwmon/hwmon2")));
+    let read =
+        |hwmon: &PathBuf, file: &str| std::fs::read_to_string(hwmon.join(file)).unwrap().trim().to_string();
+
+    let config =
+        ControlConfig { period: PERIOD, stall_after: Duration::from_millis(300), ..Default::default() };
+    let (status, cancel) = (StatusModel::new(), CancellationToken::new());
+    let state = tempfile::tempdir().unwrap();
+    let task = tokio::spawn(lucebox::thermal::control_loop_with(
+        config,
+        vec![card_a, card_b],
+        lucebox::hardware::SysRoot::new(&root),
+        state.path().to_path_buf(),
+        tokio::sync::watch::channel(None).1,
+        status.clone(),
+        cancel.clone(),
+    ));
+    let mode = |id: &str| status.snapshot().thermal.get(id).map(|t| (t.mode.clone(), t.safety.clone()));
+    let driven = || read(&hwmon_a, "pwm1_enable") == "1" && read(&hwmon_b, "pwm1_enable") == "1";
+    assert!(
+        eventually(driven, |_| {}).await,
+        "both fans driven: {:?} {:?}",
+        mode("0000:03:00.0"),
+        mode("0000:04:00.0")
+    );
+
+    let wedged = WedgedFile::wedge(hwmon_a.join("temp2_input"), dir.path());
+    assert!(
+        eventually(|| read(&hwmon_a, "pwm1_enable") == "2", |_| {}).await,
+        "the stalled card's fan is handed back to firmware auto: {:?}",
+        mode("0000:03:00.0")
+    );
+    let stalled = mode("0000:03:00.0").unwrap();
+    assert_eq!(stalled.0, "firmware-auto");
+    assert!(stalled.1.as_deref().is_some_and(|why| why.contains("has not returned")), "{stalled:?}");
+
+    // The card beside it is still controlled: at its limit it goes to full speed.
+    std::fs::write(hwmon_b.join("temp2_input"), "96000\n").unwrap();
+    assert!(
+        eventually(|| read(&hwmon_b, "pwm1_enable") == "0", |_| {}).await,
+        "the other card's loop turns on: {:?}",
+        mode("0000:04:00.0")
+    );
+    assert_eq!(mode("0000:04:00.0").unwrap().0, "full-speed");
+
+    // The read returns and the file is a file again.
+    drop(wedged);
+    let resumed = || read(&hwmon_a, "pwm1_enable") == "1" && mode("0000:03:00.0").unwrap().0 == "predictive";
+    assert!(eventually(resumed, |_| {}).await, "driven again: {:?}", mode("0000:03:00.0"));
+    let events: Vec<String> = status.snapshot().events.iter().map(|e| e.message.clone()).collect();
+    assert!(
+        events.iter().any(|e| e.contains("0000:03:00.0: the fan loop's round returned after")),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e.contains("0000:04:00.0: the fan loop's round")), "{events:?}");
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!((read(&hwmon_a, "pwm1_enable"), read(&hwmon_b, "pwm1_enable")), ("2".into(), "2".into()));
 }
 
 /// An engine that publishes no queue shows only the requests on its connections: that signal

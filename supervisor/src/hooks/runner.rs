@@ -75,6 +75,11 @@ impl HookRunner {
         Self { board_dir: board_dir.into(), root, timeout: DEFAULT_TIMEOUT, env: Vec::new() }
     }
 
+    /// How long a hook may run before it is killed.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

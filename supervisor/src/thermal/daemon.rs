@@ -47,6 +47,10 @@ pub struct ControlConfig {
     pub heartbeats: Option<Heartbeats>,
     /// ... and how long it may go without a round before the watchdog gives up on it.
     pub watchdog_silence: Duration,
+    /// A round still running this long past its commands' own time (a board hook's timeout, for
+    /// each of the command, auto and full speed) is stuck in a read or write the driver does not
+    /// answer; the fan is then handed back from a thread of its own.
+    pub stall_after: Duration,
 }
 
 /// A fan mode an operator asks for instead of the learned controller. Both are safe states; the
@@ -97,6 +101,8 @@ impl Default for ControlConfig {
             // A few periods, or a round whose fan command, fallback to auto and full speed each
             // ran a board hook to its timeout: 20 s. Then the watchdog asks systemd to act.
             watchdog_silence: 3 * crate::hooks::DEFAULT_TIMEOUT + 5 * period,
+            // sysfs and NVML answer in milliseconds: a few periods is a driver that does not.
+            stall_after: 5 * period,
         }
     }
 }
@@ -324,6 +330,16 @@ impl DeviceLoop {
         self.last_duty = None;
     }
 
+    /// After a stall the fan was handed back behind this loop's back, so what it last wrote no
+    /// longer holds: the next round writes its command (or its safe mode) again.
+    fn command_again(&mut self) {
+        if self.mode != Some(Mode::Failed) {
+            self.mode = None;
+        }
+        self.last_duty = None;
+        self.safe_written = None;
+    }
+
     /// On the way out: the fan handed back, and what it was left in for the status page.
     fn release(&mut self) -> ThermalRelease {
         self.released = true;
@@ -536,13 +552,13 @@ pub async fn control_loop_with(
 ) {
     // Watched from the start: opening a device reads sysfs too.
     let names: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
-    let heartbeat = config
+    let opening = config
         .heartbeats
         .as_ref()
         .map(|h| h.watch(format!("fan loop of {}", names.join(", ")), config.watchdog_silence));
     let config = Arc::new(config);
     let opened = {
-        let (config, status) = (config.clone(), status.clone());
+        let (config, status, root) = (config.clone(), status.clone(), root.clone());
         off_the_runtime(move || {
             let priors = config.priors.as_deref().filter(|p| p.exists()).and_then(|path| {
                 CardPriors::load(path)
@@ -551,9 +567,11 @@ pub async fn control_loop_with(
                     })
                     .ok()
             });
-            let opened: Vec<DeviceLoop> = devices
-                .iter()
-                .filter_map(|d| DeviceLoop::open(d, &root, &state_dir, &config, priors.as_ref(), &status))
+            let opened: Vec<(DeviceLoop, Device)> = devices
+                .into_iter()
+                .filter_map(|d| {
+                    DeviceLoop::open(&d, &root, &state_dir, &config, priors.as_ref(), &status).map(|l| (l, d))
+                })
                 .collect();
             if !opened.is_empty() {
                 arm_panic_reset(&root, &config);
@@ -562,11 +580,55 @@ pub async fn control_loop_with(
         })
         .await
     };
-    let Some(mut loops) = opened.ok().filter(|loops| !loops.is_empty()) else {
+    let Some(opened) = opened.ok().filter(|opened| !opened.is_empty()) else {
         status.event("thermal", Level::Info, "no fan this supervisor can drive; firmware keeps control");
         return;
     };
+    // One loop per fan, each with its own rounds: a card whose driver stops answering holds up
+    // only its own loop, never the fan of the card beside it. Each is watched under its own
+    // name from here (one that may be the opening's: that watch ends first).
+    drop(opening);
     let started = Instant::now();
+    let loops: Vec<_> = opened
+        .into_iter()
+        .map(|(device_loop, device)| {
+            let heartbeat = config
+                .heartbeats
+                .as_ref()
+                .map(|h| h.watch(format!("fan loop of {}", device.id), config.watchdog_silence));
+            let context = RoundContext {
+                config: config.clone(),
+                root: root.clone(),
+                status: status.clone(),
+                started,
+                device,
+            };
+            drive_fan(device_loop, context, heartbeat, load.clone(), cancel.clone())
+        })
+        .collect();
+    futures_util::future::join_all(loops).await;
+}
+
+/// What one fan's loop shares with its rounds and its stall guard.
+struct RoundContext {
+    config: Arc<ControlConfig>,
+    root: SysRoot,
+    status: StatusModel,
+    started: Instant,
+    device: Device,
+}
+
+/// One fan's loop: a round a period (sensor reads, the decision, the actuator write, saving what
+/// was learned) on a blocking thread, until `cancel`; then the fan goes back to firmware auto.
+async fn drive_fan(
+    mut device_loop: DeviceLoop,
+    context: RoundContext,
+    heartbeat: Option<Heartbeat>,
+    load: watch::Receiver<Option<LoadSignal>>,
+    cancel: CancellationToken,
+) {
+    let RoundContext { config, status, .. } = &context;
+    let allowance = config.stall_after + 3 * device_loop.actuator.command_timeout();
     let mut last_save = Instant::now();
     let mut ticker = tokio::time::interval(config.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -575,7 +637,7 @@ pub async fn control_loop_with(
             _ = cancel.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        let t_s = started.elapsed().as_secs_f64();
+        let t_s = context.started.elapsed().as_secs_f64();
         // Connections alone say nothing of prompts or streams: the forecast then sees no queue.
         let signal = load.borrow().clone().filter(LoadSignal::shows_queue);
         let save = last_save.elapsed() >= config.save_every;
@@ -583,45 +645,124 @@ pub async fn control_loop_with(
         // workers, so a read a wedged driver never answers holds a thread of its own.
         let (round_config, round_status) = (config.clone(), status.clone());
         let round = off_the_runtime(move || {
-            let published: Vec<ThermalStatus> =
-                loops.iter_mut().map(|l| l.tick(t_s, signal.clone(), &round_status, &round_config)).collect();
+            let published = device_loop.tick(t_s, signal, &round_status, &round_config);
             if save {
-                loops.iter().for_each(DeviceLoop::save_learned);
+                device_loop.save_learned();
             }
-            (loops, published)
+            (device_loop, published)
         });
-        // Only when the runtime itself shuts down; the loops were dropped with the round, which
-        // hands every fan back to firmware auto.
-        let Ok((back, published)) = round.await else { return };
-        loops = back;
+        // Gone when the runtime shuts down, or on cancel while a stalled round holds the loop:
+        // the fan was handed back then (the loop's drop, or the stall guard).
+        let Some((back, published)) = finish_round(round, allowance, &context, &cancel).await else {
+            return;
+        };
+        device_loop = back;
         if save {
             last_save = Instant::now();
         }
         status.update(|s| {
-            for p in published {
-                s.thermal.insert(p.device_id.clone(), p);
-            }
+            s.thermal.insert(published.device_id.clone(), published);
         });
         heartbeat.iter().for_each(Heartbeat::beat);
     }
-    // Every fan back to firmware auto (else full speed), here, or when the loops are dropped
-    // with the work if the runtime is shutting down.
+    // The fan back to firmware auto (else full speed), here, or when the loop is dropped with the
+    // work if the runtime is shutting down.
+    let id = device_loop.id.clone();
     let released = off_the_runtime(move || {
-        loops.iter().for_each(DeviceLoop::save_learned);
-        loops.iter_mut().map(|l| (l.id.clone(), l.release())).collect::<Vec<_>>()
+        device_loop.save_learned();
+        device_loop.release()
     })
-    .await
-    .unwrap_or_default();
-    status.update(|s| {
-        for (id, release) in released {
+    .await;
+    if let Ok(release) = released {
+        status.update(|s| {
             if let Some(t) = s.thermal.get_mut(&id) {
                 t.mode = release.mode.into();
                 t.safety = release.failure;
                 t.why = None;
                 t.decision = None;
             }
+        });
+    }
+}
+/// Waits for a fan's round. One still running after `allowance` is stuck in a read or write its
+/// driver does not answer, and the loop's actuator is stuck with it: the fan is handed back from
+/// a thread of its own ([`hand_back_stalled`]), and the round is waited for on. Once it returns,
+/// the loop writes its command again and drives the fan as before.
+async fn finish_round(
+    round: impl std::future::Future<Output = std::io::Result<(DeviceLoop, ThermalStatus)>>,
+    allowance: Duration,
+    context: &RoundContext,
+    cancel: &CancellationToken,
+) -> Option<(DeviceLoop, ThermalStatus)> {
+    let began = Instant::now();
+    let mut round = std::pin::pin!(round);
+    tokio::select! {
+        done = &mut round => return done.ok(),
+        _ = tokio::time::sleep(allowance) => {}
+    }
+    hand_back_stalled(context, began.elapsed());
+    let (mut device_loop, published) = tokio::select! {
+        done = &mut round => done.ok()?,
+        _ = cancel.cancelled() => return None,
+    };
+    device_loop.command_again();
+    context.status.event(
+        "thermal",
+        Level::Warn,
+        format!(
+            "{}: the fan loop's round returned after {:.0} s; driving the fan again",
+            device_loop.id,
+            began.elapsed().as_secs_f64()
+        ),
+    );
+    Some((device_loop, published))
+}
+
+/// Hands a stalled loop's fan back (firmware auto, else full speed) through an actuator of its
+/// own, on a thread of its own: the same driver may hold this write too, and nothing else may
+/// wait on it. Says so in the status model, with what the fan was left in.
+fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
+    let RoundContext { config, root, status, device, .. } = context;
+    let id = device.id.clone();
+    let stalled = format!(
+        "the fan loop's round has not returned for {:.0} s (a read or write the driver does not answer)",
+        stalled_for.as_secs_f64()
+    );
+    status.event("thermal", Level::Error, format!("{id}: {stalled}; handing the fan back"));
+    let (device, root, status) = (device.clone(), root.clone(), status.clone());
+    let (hook, nvml_lib) = (config.hook.clone(), config.nvml_lib.clone());
+    let handing = move || {
+        let handed = actuator::for_device(&device, &root, hook.as_deref(), nvml_lib.as_deref())
+            .ok_or_else(|| "its actuator could not be opened again".to_string())
+            .and_then(|mut fan| fan.hand_back().map_err(|e| e.to_string()));
+        match handed {
+            Ok(handed) => {
+                let mode = match handed {
+                    actuator::HandedBack::FirmwareAuto => Mode::FirmwareAuto,
+                    actuator::HandedBack::FullSpeed { .. } => Mode::FullSpeed,
+                };
+                status.event("thermal", Level::Warn, format!("{id}: fan handed back ({})", describe(mode)));
+                status.update(|s| {
+                    if let Some(t) = s.thermal.get_mut(&id) {
+                        t.mode = mode.name().into();
+                        t.safety = Some(stalled);
+                        t.why = None;
+                        t.decision = None;
+                    }
+                });
+            }
+            Err(e) => {
+                status.event("thermal", Level::Error, format!("{id}: handing the fan back failed: {e}"))
+            }
         }
-    });
+    };
+    if let Err(e) = std::thread::Builder::new().name("fan-hand-back".into()).spawn(handing) {
+        context.status.event(
+            "thermal",
+            Level::Error,
+            format!("{}: no thread to hand the stalled fan back: {e}", context.device.id),
+        );
+    }
 }
 
 /// The fan duty the controller is told: what the device reports, else the duty last sent. A fan

@@ -55,6 +55,10 @@ impl FanActuator for FirmwareHook {
     fn full_speed(&mut self) -> Result<(), ActuatorError> {
         self.send(HookEvent::SetFan { duty_pct: 100, fan: None })
     }
+
+    fn command_timeout(&self) -> std::time::Duration {
+        self.runner.timeout()
+    }
 }
 
 #[cfg(test)]

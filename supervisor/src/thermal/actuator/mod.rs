@@ -48,6 +48,11 @@ pub trait FanActuator: Send {
     /// Hands the fan back to the firmware's automatic control.
     fn restore_auto(&mut self) -> Result<(), ActuatorError>;
     fn full_speed(&mut self) -> Result<(), ActuatorError>;
+    /// How long one command may take before it fails: a board's hook runs to its timeout, sysfs
+    /// and NVML answer at once. A fan loop's round that outlasts its commands' time is stuck.
+    fn command_timeout(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
     /// Firmware auto, else full speed.
     fn hand_back(&mut self) -> Result<HandedBack, HandBackError> {
         hand_back(self, |fan| fan.restore_auto(), |fan| fan.full_speed())
