@@ -611,6 +611,79 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     assert_eq!(lines.lines().collect::<Vec<_>>(), ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
 }
 
+/// A process NVML takes no fan commands from (not root) leaves the fans to the driver and says
+/// why, rather than taking them over and then failing to command or hand them back.
+#[test]
+fn nvml_that_refuses_fan_commands_leaves_the_fans_to_the_driver_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lib, config) = fake_nvml(dir.path(), 80);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace(r#""num_fans": 2"#, r#""num_fans": 2, "no_permission": 1"#))
+        .unwrap();
+    let log = dir.path().join("fan.log");
+    let state = dir.path().join("state");
+    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+        .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
+        .arg(&lib)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--seconds", "0.3", "--period-ms", "50"])
+        .env("FAKE_NVML_CONFIG", &config)
+        .env("FAKE_NVML_LOG", &log)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("0000:01:00.0: fan left to its firmware: NVML: fan commands refused (fan 0: ")
+            && stderr.contains("NVML takes them only from root"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("actuator failed") && !stderr.contains("handing the fan back failed"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "", "no fan command went through");
+}
+
+/// A container sees sysfs read-only by default. The loop then leaves the fan to its firmware and
+/// says why, rather than taking it over and failing every write, hand-back included. The tree is
+/// bind-mounted read-only in a mount namespace of its own (`unshare`), as Docker mounts `/sys`.
+#[test]
+fn a_read_only_sysfs_leaves_the_fan_to_its_firmware_and_says_why() {
+    for (name, arch, hwmon, file) in [
+        ("rx6800-hwmon", "gfx1030", "hwmon2", "hwmon/hwmon2/pwm1_enable"),
+        ("r9700-rdna4", "gfx1201", "hwmon3", "gpu_od/fan_ctrl/fan_curve"),
+    ] {
+        let (_dir, root) = fixture(name);
+        let state = tempfile::tempdir().unwrap();
+        let before = read(&root.join(DEV).join(file));
+        let script = r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@""#;
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+            .arg(&root)
+            .arg(env!("CARGO_BIN_EXE_lucebox"))
+            .args(["thermal", "control", "--root", root.to_str().unwrap()])
+            .args(["--state-dir", state.path().to_str().unwrap()])
+            .args(["--device-id", "0000:03:00.0", "--arch", arch, "--sysfs", DEV])
+            .args(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50", "--seconds", "0.3"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("0000:03:00.0: fan left to its firmware: ")
+                && stderr.contains("Read-only file system"),
+            "{name}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("actuator failed") && !stderr.contains("handing the fan back failed"),
+            "{stderr}"
+        );
+        assert_eq!(read(&root.join(DEV).join(file)), before, "{name}: nothing written");
+    }
+}
+
 /// A GPU fallen off the bus must not keep `thermal reset` from handing back the next one's fans:
 /// the reset goes on, hands back GPU 1's fans, names GPU 0 and exits non-zero.
 #[test]

@@ -9,7 +9,9 @@
  *                 "power_mw": 28000, "num_fans": 2, "fan_speed_pct": 30,
  *                 "fan_min_pct": 30, "fan_max_pct": 100}]}
  *
- * A device with "lost": 1 answers fan calls with NVML_ERROR_GPU_IS_LOST (a GPU fallen off the bus).
+ * A device with "lost": 1 answers fan calls with NVML_ERROR_GPU_IS_LOST (a GPU fallen off the bus);
+ * one with "no_permission": 1 answers fan writes with NVML_ERROR_NO_PERMISSION (a process that
+ * is not root, as NVML answers every device command then).
  *
  * Fan writes (SetFanSpeed_v2, SetDefaultFanSpeed_v2) are appended to $FAKE_NVML_LOG, one line
  * each, so tests can check what the supervisor commanded. Only the calls the supervisor makes
@@ -23,7 +25,7 @@
 typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NO_PERMISSION = 4, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_UNKNOWN = 999
 };
@@ -39,7 +41,7 @@ struct fake_device {
     unsigned temperature_c, power_mw, num_fans, fan_min, fan_max;
     unsigned fan_speed[MAX_FANS];
     int fan_manual[MAX_FANS];
-    int lost;
+    int lost, no_permission;
     unsigned index;
 };
 
@@ -137,6 +139,7 @@ static nvmlReturn_t load_config(void) {
         d->power_mw = (unsigned)get_int(p, close, "power_mw", 20000);
         d->num_fans = (unsigned)get_int(p, close, "num_fans", 0);
         d->lost = (int)get_int(p, close, "lost", 0);
+        d->no_permission = (int)get_int(p, close, "no_permission", 0);
         if (d->num_fans > MAX_FANS) d->num_fans = MAX_FANS;
         d->fan_min = (unsigned)get_int(p, close, "fan_min_pct", 30);
         d->fan_max = (unsigned)get_int(p, close, "fan_max_pct", 100);
@@ -274,6 +277,7 @@ nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t d, unsigned int *min, unsi
 nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t d, unsigned int fan, unsigned int speed) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->no_permission) return NVML_ERROR_NO_PERMISSION;
     if (fan >= d->num_fans || speed > 100) return NVML_ERROR_INVALID_ARGUMENT;
     d->fan_speed[fan] = speed;
     d->fan_manual[fan] = 1;
@@ -283,6 +287,7 @@ nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t d, unsigned int fan, unsigned
 nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t d, unsigned int fan) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->no_permission) return NVML_ERROR_NO_PERMISSION;
     if (fan >= d->num_fans) return NVML_ERROR_INVALID_ARGUMENT;
     d->fan_manual[fan] = 0;
     log_line("set_default_fan_speed %u %u%.0u\n", d->index, fan, 0);

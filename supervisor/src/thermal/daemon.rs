@@ -191,7 +191,17 @@ impl DeviceLoop {
         status: &StatusModel,
     ) -> Option<Self> {
         let actuator =
-            actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref())?;
+            match actuator::for_device(device, root, config.hook.as_deref(), config.nvml_lib.as_deref()) {
+                Ok(actuator) => actuator,
+                Err(why) => {
+                    let level = match why {
+                        actuator::NoFanControl::NotOurs(_) => Level::Info,
+                        actuator::NoFanControl::Refused(_) => Level::Warn,
+                    };
+                    status.event("thermal", level, format!("{}: fan left to its firmware: {why}", device.id));
+                    return None;
+                }
+            };
         let sensors = sensors::for_device(device, root, config.nvml_lib.as_deref()).ok()?;
         let limit_c = sensors.limit_c();
         if let Some(doubt) = sensors.limit_doubt() {
@@ -733,7 +743,7 @@ fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
     let (hook, nvml_lib) = (config.hook.clone(), config.nvml_lib.clone());
     let handing = move || {
         let handed = actuator::for_device(&device, &root, hook.as_deref(), nvml_lib.as_deref())
-            .ok_or_else(|| "its actuator could not be opened again".to_string())
+            .map_err(|e| format!("its actuator could not be opened again: {e}"))
             .and_then(|mut fan| fan.hand_back().map_err(|e| e.to_string()));
         match handed {
             Ok(handed) => {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{read_attr, write_attr, ActuatorError, FanActuator, FanRange};
+use super::{check_writable, read_attr, write_attr, ActuatorError, FanActuator, FanRange};
 
 /// Floor used where the card publishes no minimum fan speed.
 const DEFAULT_MIN_DUTY_PCT: f64 = 20.0;
@@ -16,8 +16,10 @@ pub struct HwmonPwm {
 impl HwmonPwm {
     /// Opens the hwmon directory; fails if it has no writable pwm.
     pub fn open(dir: PathBuf) -> Result<Self, ActuatorError> {
-        read_attr(&dir.join("pwm1_enable"))?;
-        read_attr(&dir.join("pwm1"))?;
+        for attr in ["pwm1_enable", "pwm1"] {
+            read_attr(&dir.join(attr))?;
+            check_writable(&dir.join(attr))?;
+        }
         let rpm = |name: &str| read_attr(&dir.join(name)).ok().and_then(|s| s.trim().parse::<f64>().ok());
         let min_duty_pct = match (rpm("fan1_min"), rpm("fan1_max")) {
             (Some(min), Some(max)) if max > 0.0 && min > 0.0 => (100.0 * min / max).clamp(1.0, 60.0),

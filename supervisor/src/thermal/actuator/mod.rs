@@ -102,8 +102,27 @@ pub fn write_attr(path: &Path, value: &str) -> Result<(), ActuatorError> {
     file.write_all(value.as_bytes()).map_err(io)
 }
 
+/// Fails unless this process may write `path`. A read-only sysfs (a container's, by default)
+/// refuses here, before the loop takes a fan it could neither command nor hand back: the fan
+/// then stays with its firmware, and the loop says why.
+pub(crate) fn check_writable(path: &Path) -> Result<(), ActuatorError> {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK)
+        .map_err(|errno| ActuatorError::Io { path: path.to_path_buf(), source: errno.into() })
+}
+
 pub(crate) fn read_attr(path: &Path) -> Result<String, ActuatorError> {
     std::fs::read_to_string(path).map_err(|source| ActuatorError::Io { path: path.to_path_buf(), source })
+}
+
+/// Why a device's fan stays with its firmware.
+#[derive(Debug, thiserror::Error)]
+pub enum NoFanControl {
+    /// Nothing here drives this kind of fan.
+    #[error("{0}")]
+    NotOurs(&'static str),
+    /// The interface is there but refuses this process (a read-only sysfs, NVML without root).
+    #[error(transparent)]
+    Refused(ActuatorError),
 }
 
 /// Where a device's fan can be driven from, best first: the RDNA3/4 overdrive fan curve, the
@@ -114,32 +133,43 @@ pub fn for_device(
     root: &SysRoot,
     hook: Option<&Path>,
     nvml_lib: Option<&Path>,
-) -> Option<Box<dyn FanActuator>> {
+) -> Result<Box<dyn FanActuator>, NoFanControl> {
     match device.vendor {
         Vendor::Amd if !device.integrated => {
+            let mut refused = None;
             if let Some(sysfs) = &device.telemetry.sysfs_path {
                 let curve = root.path(sysfs).join("gpu_od/fan_ctrl/fan_curve");
-                if let Ok(a) = OdFanCurve::open(curve) {
-                    return Some(Box::new(a));
+                match OdFanCurve::open(curve.clone()) {
+                    Ok(a) => return Ok(Box::new(a)),
+                    Err(e) if curve.exists() => refused = Some(e),
+                    Err(_) => {}
                 }
             }
             let rdna3_or_later =
                 device.arch.as_deref().is_some_and(|a| a.starts_with("gfx11") || a.starts_with("gfx12"));
             if let (false, Some(hwmon)) = (rdna3_or_later, &device.telemetry.hwmon_path) {
-                if let Ok(a) = HwmonPwm::open(root.path(hwmon)) {
-                    return Some(Box::new(a));
+                match HwmonPwm::open(root.path(hwmon)) {
+                    Ok(a) => return Ok(Box::new(a)),
+                    Err(e) => refused = refused.or(Some(e)),
                 }
             }
-            None
+            Err(refused.map_or(
+                NoFanControl::NotOurs("no fan control in sysfs (no overdrive fan curve, no hwmon pwm)"),
+                NoFanControl::Refused,
+            ))
         }
-        // i915 and xe publish no fan control: the card's own firmware keeps it.
-        Vendor::Intel => None,
-        // Windows keeps the fans of a GPU it lends to WSL2.
-        Vendor::Nvidia if device.lent_to_wsl() => None,
-        Vendor::Nvidia => {
-            NvmlFan::open(&device.id, nvml_lib).ok().map(|a| Box::new(a) as Box<dyn FanActuator>)
+        Vendor::Intel => Err(NoFanControl::NotOurs("i915 and xe publish no fan control")),
+        Vendor::Nvidia if device.lent_to_wsl() => {
+            Err(NoFanControl::NotOurs("Windows keeps the fans of a GPU it lends to WSL2"))
         }
-        _ => hook.map(|h| Box::new(FirmwareHook::new(h.to_path_buf(), root.clone())) as Box<dyn FanActuator>),
+        Vendor::Nvidia => match NvmlFan::open(&device.id, nvml_lib) {
+            Ok(a) => Ok(Box::new(a)),
+            Err(e) => Err(NoFanControl::Refused(e)),
+        },
+        _ => match hook {
+            Some(h) => Ok(Box::new(FirmwareHook::new(h.to_path_buf(), root.clone()))),
+            None => Err(NoFanControl::NotOurs("no board hook drives this box's fans")),
+        },
     }
 }
 
@@ -155,8 +185,8 @@ mod tests {
         let hook = Path::new("/usr/lib/lucebox/hooks/board");
         let mut igpu = Device::new("0000:c3:00.0", Vendor::Amd, "Radeon 8060S");
         igpu.integrated = true;
-        assert_eq!(for_device(&igpu, &root, Some(hook), None).map(|a| a.kind()), Some("firmware-hook"));
+        assert_eq!(for_device(&igpu, &root, Some(hook), None).map(|a| a.kind()).ok(), Some("firmware-hook"));
         let arc = Device::new("0000:03:00.0", Vendor::Intel, "Arc B580");
-        assert!(for_device(&arc, &root, Some(hook), None).is_none(), "an Arc card's fans are its own");
+        assert!(for_device(&arc, &root, Some(hook), None).is_err(), "an Arc card's fans are its own");
     }
 }

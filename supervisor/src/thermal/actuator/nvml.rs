@@ -67,7 +67,17 @@ impl NvmlFan {
         }
         // A device that says it may spin at 0 % still only gets there through auto.
         let range = FanRange { min_duty_pct: min.max(1.0), zero_rpm: true };
-        Ok(Self { nvml, index, fans, range })
+        let mut fan = Self { nvml, index, fans, range };
+        // Every fan handed to the driver first: the one command that is always safe, and it shows
+        // whether NVML takes commands from this process at all (only from root/admin).
+        fan.restore_auto().map_err(|e| {
+            let detail = match e {
+                ActuatorError::Nvml(detail) => detail,
+                other => other.to_string(),
+            };
+            ActuatorError::Nvml(format!("fan commands refused ({detail}); NVML takes them only from root"))
+        })?;
+        Ok(fan)
     }
 
     fn each_fan(

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::{read_attr, write_attr, ActuatorError, FanActuator, FanRange};
+use super::{check_writable, read_attr, write_attr, ActuatorError, FanActuator, FanRange};
 
 /// The curve reaches full speed this far under the limit.
 const FULL_BELOW_LIMIT_C: f64 = 10.0;
@@ -22,6 +22,7 @@ pub struct OdFanCurve {
 impl OdFanCurve {
     pub fn open(file: PathBuf) -> Result<Self, ActuatorError> {
         let text = read_attr(&file)?;
+        check_writable(&file)?;
         let format = |why: &str| ActuatorError::Format { path: file.clone(), why: why.to_string() };
         let points = text
             .lines()
