@@ -19,6 +19,13 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `lucebox` on the fake NVML described by `config`, which logs the fan writes to `log`.
+fn on_fake_nvml(config: &Path, log: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lucebox"));
+    command.env("FAKE_NVML_CONFIG", config).env("FAKE_NVML_LOG", log);
+    command
+}
+
 /// A writable copy of a captured tree (symlinks kept).
 fn fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -552,12 +559,10 @@ fn sensors_reads_what_the_loop_reads_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (lib, config) = fake_nvml(dir.path(), 71);
     let log = dir.path().join("fan.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+    let out = on_fake_nvml(&config, &log)
         .args(["thermal", "sensors", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
         .arg(&lib)
         .args(["--samples", "2", "--period-ms", "1"])
-        .env("FAKE_NVML_CONFIG", &config)
-        .env("FAKE_NVML_LOG", &log)
         .output()
         .unwrap();
     let text = ok(out);
@@ -578,12 +583,7 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     let (lib, config) = fake_nvml(dir.path(), 80);
     let log = dir.path().join("fan.log");
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
-            .args(args)
-            .env("FAKE_NVML_CONFIG", &config)
-            .env("FAKE_NVML_LOG", &log)
-            .output()
-            .unwrap();
+        let out = on_fake_nvml(&config, &log).args(args).output().unwrap();
         ok(out)
     };
     let state = dir.path().join("state");
@@ -611,6 +611,19 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     assert_eq!(lines.lines().collect::<Vec<_>>(), ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
 }
 
+/// A `thermal control` run that left `device`'s fan to its firmware, naming why (every part of
+/// `why`), and never took it over: no failed actuator, no failed hand-back.
+fn assert_left_to_firmware(out: &Output, device: &str, why: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said = stderr.lines().find(|l| l.contains(&format!("{device}: fan left to its firmware: ")));
+    assert!(said.is_some_and(|line| why.iter().all(|part| line.contains(part))), "{stderr}");
+    assert!(
+        !stderr.contains("actuator failed") && !stderr.contains("handing the fan back failed"),
+        "{stderr}"
+    );
+}
+
 /// A process NVML takes no fan commands from (not root) leaves the fans to the driver and says
 /// why, rather than taking them over and then failing to command or hand them back.
 #[test]
@@ -622,27 +635,15 @@ fn nvml_that_refuses_fan_commands_leaves_the_fans_to_the_driver_and_says_why() {
         .unwrap();
     let log = dir.path().join("fan.log");
     let state = dir.path().join("state");
-    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+    let out = on_fake_nvml(&config, &log)
         .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
         .arg(&lib)
         .arg("--state-dir")
         .arg(&state)
         .args(["--seconds", "0.3", "--period-ms", "50"])
-        .env("FAKE_NVML_CONFIG", &config)
-        .env("FAKE_NVML_LOG", &log)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("0000:01:00.0: fan left to its firmware: NVML: fan commands refused (fan 0: ")
-            && stderr.contains("NVML takes them only from root"),
-        "{stderr}"
-    );
-    assert!(
-        !stderr.contains("actuator failed") && !stderr.contains("handing the fan back failed"),
-        "{stderr}"
-    );
+    assert_left_to_firmware(&out, "0000:01:00.0", &["NVML: fan commands refused (fan 0: ", "only from root"]);
     assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "", "no fan command went through");
 }
 
@@ -669,17 +670,7 @@ fn a_read_only_sysfs_leaves_the_fan_to_its_firmware_and_says_why() {
             .args(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50", "--seconds", "0.3"])
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{name}: {stderr}");
-        assert!(
-            stderr.contains("0000:03:00.0: fan left to its firmware: ")
-                && stderr.contains("Read-only file system"),
-            "{name}: {stderr}"
-        );
-        assert!(
-            !stderr.contains("actuator failed") && !stderr.contains("handing the fan back failed"),
-            "{stderr}"
-        );
+        assert_left_to_firmware(&out, "0000:03:00.0", &["Read-only file system"]);
         assert_eq!(read(&root.join(DEV).join(file)), before, "{name}: nothing written");
     }
 }
@@ -701,10 +692,8 @@ fn reset_goes_on_past_a_lost_nvidia_gpu() {
         format!(r#"{{"driver_version": "570.124.04", "devices": [{}, {}]}}"#, gpu("01", 1), gpu("02", 0));
     std::fs::write(&config, devices).unwrap();
     let log = dir.path().join("fan.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_lucebox"))
+    let out = on_fake_nvml(&config, &log)
         .args(["thermal", "reset", "--nvml-lib", lib.to_str().unwrap()])
-        .env("FAKE_NVML_CONFIG", &config)
-        .env("FAKE_NVML_LOG", &log)
         .output()
         .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
