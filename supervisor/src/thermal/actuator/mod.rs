@@ -125,6 +125,10 @@ pub enum NoFanControl {
     Refused(ActuatorError),
 }
 
+/// Why an RDNA3/RDNA4 card without `gpu_od/fan_ctrl/fan_curve` keeps its fan, and the fix.
+const NO_OVERDRIVE: &str = "no overdrive fan curve: RDNA3 and RDNA4 cards take fan commands only \
+     through overdrive, which the kernel parameter amdgpu.ppfeaturemask with bit 0x4000 turns on (then reboot)";
+
 /// Where a device's fan can be driven from, best first: the RDNA3/4 overdrive fan curve, the
 /// hwmon pwm (older Radeon cards), NVML for NVIDIA (not a GPU lent to WSL2), else the board's firmware hook if one is
 /// configured (integrated GPUs whose fan belongs to an embedded controller).
@@ -136,6 +140,8 @@ pub fn for_device(
 ) -> Result<Box<dyn FanActuator>, NoFanControl> {
     match device.vendor {
         Vendor::Amd if !device.integrated => {
+            let rdna3_or_later =
+                device.arch.as_deref().is_some_and(|a| a.starts_with("gfx11") || a.starts_with("gfx12"));
             let mut refused = None;
             if let Some(sysfs) = &device.telemetry.sysfs_path {
                 let curve = root.path(sysfs).join("gpu_od/fan_ctrl/fan_curve");
@@ -145,18 +151,16 @@ pub fn for_device(
                     Err(_) => {}
                 }
             }
-            let rdna3_or_later =
-                device.arch.as_deref().is_some_and(|a| a.starts_with("gfx11") || a.starts_with("gfx12"));
             if let (false, Some(hwmon)) = (rdna3_or_later, &device.telemetry.hwmon_path) {
-                match HwmonPwm::open(root.path(hwmon)) {
+                let dir = root.path(hwmon);
+                match HwmonPwm::open(dir.clone()) {
                     Ok(a) => return Ok(Box::new(a)),
-                    Err(e) => refused = refused.or(Some(e)),
+                    Err(e) if dir.join("pwm1_enable").exists() => refused = refused.or(Some(e)),
+                    Err(_) => {}
                 }
             }
-            Err(refused.map_or(
-                NoFanControl::NotOurs("no fan control in sysfs (no overdrive fan curve, no hwmon pwm)"),
-                NoFanControl::Refused,
-            ))
+            let absent = if rdna3_or_later { NO_OVERDRIVE } else { "no hwmon pwm in sysfs" };
+            Err(refused.map_or(NoFanControl::NotOurs(absent), NoFanControl::Refused))
         }
         Vendor::Intel => Err(NoFanControl::NotOurs("i915 and xe publish no fan control")),
         Vendor::Nvidia if device.lent_to_wsl() => {
@@ -188,5 +192,20 @@ mod tests {
         assert_eq!(for_device(&igpu, &root, Some(hook), None).map(|a| a.kind()).ok(), Some("firmware-hook"));
         let arc = Device::new("0000:03:00.0", Vendor::Intel, "Arc B580");
         assert!(for_device(&arc, &root, Some(hook), None).is_err(), "an Arc card's fans are its own");
+    }
+
+    /// An RDNA4 card whose overdrive is off has no fan curve: the reason names the fix.
+    #[test]
+    fn an_rdna4_card_without_overdrive_is_told_how_to_turn_it_on() {
+        let root = SysRoot::new("/nonexistent-root");
+        let mut r9700 = Device::new("0000:03:00.0", Vendor::Amd, "Radeon AI PRO R9700");
+        r9700.arch = Some("gfx1201".into());
+        r9700.telemetry.sysfs_path = Some("sys/devices/pci0000:00/0000:03:00.0".into());
+        r9700.telemetry.hwmon_path = Some("sys/devices/pci0000:00/0000:03:00.0/hwmon/hwmon3".into());
+        let why = for_device(&r9700, &root, None, None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(why.contains("amdgpu.ppfeaturemask with bit 0x4000"), "{why}");
+        r9700.arch = Some("gfx1030".into());
+        let why = for_device(&r9700, &root, None, None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(why, "no hwmon pwm in sysfs");
     }
 }
