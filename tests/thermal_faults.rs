@@ -550,7 +550,8 @@ struct WedgedFile {
 impl WedgedFile {
     fn wedge(path: PathBuf, scratch: &std::path::Path) -> Self {
         let reading = std::fs::read_to_string(&path).unwrap();
-        let fifo = scratch.join("wedged-fifo");
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let fifo = scratch.join(format!("wedged-fifo-{name}"));
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).unwrap();
         std::fs::rename(&fifo, &path).unwrap();
         Self { path, reading, scratch: scratch.to_path_buf() }
@@ -561,11 +562,18 @@ impl Drop for WedgedFile {
     fn drop(&mut self) {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let file = self.scratch.join("wedged-file");
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let file = self.scratch.join(format!("wedged-file-{name}"));
         let _ = std::fs::write(&file, &self.reading);
-        // Opens only where a reader waits (else ENXIO, and nobody needs an answer).
-        let writer =
-            std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_NONBLOCK).open(&self.path);
+        // A reader of our own answers the writers waiting to open the FIFO, and lets our writer
+        // open at once; the readers waiting on it get the reading.
+        let nonblocking = || {
+            let mut options = std::fs::OpenOptions::new();
+            options.custom_flags(nix::libc::O_NONBLOCK);
+            options
+        };
+        let _reader = nonblocking().read(true).open(&self.path);
+        let writer = nonblocking().write(true).open(&self.path);
         let _ = std::fs::rename(&file, &self.path);
         if let Ok(mut writer) = writer {
             let _ = writer.write_all(self.reading.as_bytes());
@@ -698,6 +706,34 @@ async fn a_card_whose_driver_stops_answering_holds_up_neither_its_own_fan_nor_th
     cancel.cancel();
     task.await.unwrap();
     assert_eq!((read(&hwmon_a, "pwm1_enable"), read(&hwmon_b, "pwm1_enable")), ("2".into(), "2".into()));
+}
+
+/// A driver that holds the hand-back too (its fan file does not answer either) gets one
+/// hand-back thread, however often the loop stalls again: the guard does not pile threads up.
+/// The junction and `pwm1_enable` become FIFOs: the round stalls on the first, its hand-back on
+/// the second. Once the junction answers, the round writes its command again, reads
+/// `pwm1_enable` and stalls a second time, while the first hand-back still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_back_the_driver_holds_too_is_not_started_again_on_the_next_stall() {
+    let config =
+        ControlConfig { period: PERIOD, stall_after: Duration::from_millis(200), ..Default::default() };
+    let rig = Rig::from(start_fan_loop("rx6800-hwmon", "gfx1030", "hwmon2", config));
+    rig.until_driven().await;
+    let count = |what: &str| rig.events().iter().filter(|e| e.contains(what)).count();
+    let enable = WedgedFile::wedge(rig.hwmon.join("pwm1_enable"), rig._dir.path());
+    let junction = WedgedFile::wedge(rig.hwmon.join("temp2_input"), rig._dir.path());
+    assert!(eventually(|| count("handing the fan back") == 1, |_| {}).await, "{:?}", rig.events());
+
+    drop(junction);
+    let again = "the hand-back of an earlier stall has not returned either";
+    assert!(eventually(|| count(again) >= 1, |_| {}).await, "{:?}", rig.events());
+    assert_eq!(count("handing the fan back"), 1, "one hand-back thread: {:?}", rig.events());
+
+    // Both answer: the hand-back ends, the loop drives the fan again.
+    drop(enable);
+    assert!(eventually(|| count("fan handed back (firmware auto)") == 1, |_| {}).await, "{:?}", rig.events());
+    assert!(eventually(|| rig.mode().0 == "predictive", |_| {}).await, "{:?}", rig.mode());
+    rig.stop().await;
 }
 
 /// An engine that publishes no queue shows only the requests on its connections: that signal

@@ -612,6 +612,7 @@ pub async fn control_loop_with(
                 status: status.clone(),
                 started,
                 device,
+                handing_back: Arc::default(),
             };
             drive_fan(device_loop, context, heartbeat, load.clone(), cancel.clone())
         })
@@ -626,6 +627,9 @@ struct RoundContext {
     status: StatusModel,
     started: Instant,
     device: Device,
+    /// Set while a stall's hand-back runs: a driver that holds that call too gets one such
+    /// thread, however often its loop stalls again.
+    handing_back: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One fan's loop: a round a period (sensor reads, the decision, the actuator write, saving what
@@ -720,7 +724,7 @@ async fn finish_round(
         "thermal",
         Level::Warn,
         format!(
-            "{}: the fan loop's round returned after {:.0} s; driving the fan again",
+            "{}: the fan loop's round returned after {:.1} s; driving the fan again",
             device_loop.id,
             began.elapsed().as_secs_f64()
         ),
@@ -732,14 +736,21 @@ async fn finish_round(
 /// own, on a thread of its own: the same driver may hold this write too, and nothing else may
 /// wait on it. Says so in the status model, with what the fan was left in.
 fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
-    let RoundContext { config, root, status, device, .. } = context;
+    use std::sync::atomic::Ordering;
+    let RoundContext { config, root, status, device, handing_back, .. } = context;
     let id = device.id.clone();
     let stalled = format!(
-        "the fan loop's round has not returned for {:.0} s (a read or write the driver does not answer)",
+        "the fan loop's round has not returned for {:.1} s (a read or write the driver does not answer)",
         stalled_for.as_secs_f64()
     );
+    if handing_back.swap(true, Ordering::AcqRel) {
+        let still = "the hand-back of an earlier stall has not returned either";
+        status.event("thermal", Level::Error, format!("{id}: {stalled}; {still}"));
+        return;
+    }
     status.event("thermal", Level::Error, format!("{id}: {stalled}; handing the fan back"));
     let (device, root, status) = (device.clone(), root.clone(), status.clone());
+    let (done, failed_to_start) = (handing_back.clone(), handing_back.clone());
     let (hook, nvml_lib) = (config.hook.clone(), config.nvml_lib.clone());
     let handing = move || {
         let handed = actuator::for_device(&device, &root, hook.as_deref(), nvml_lib.as_deref())
@@ -765,8 +776,10 @@ fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
                 status.event("thermal", Level::Error, format!("{id}: handing the fan back failed: {e}"))
             }
         }
+        done.store(false, Ordering::Release);
     };
     if let Err(e) = std::thread::Builder::new().name("fan-hand-back".into()).spawn(handing) {
+        failed_to_start.store(false, Ordering::Release);
         context.status.event(
             "thermal",
             Level::Error,
