@@ -144,6 +144,14 @@ struct HandBack {
 }
 
 impl Mode {
+    /// The mode a fan handed back is in.
+    fn handed_back(handed: &actuator::HandedBack) -> Self {
+        match handed {
+            actuator::HandedBack::FirmwareAuto => Mode::FirmwareAuto,
+            actuator::HandedBack::FullSpeed { .. } => Mode::FullSpeed,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Mode::Predictive => "predictive",
@@ -243,10 +251,7 @@ impl DeviceLoop {
 
     /// Firmware auto, else full speed: the mode the fan is in now, or why neither write held.
     fn hand_fan_back(&mut self) -> Result<Mode, actuator::HandBackError> {
-        self.actuator.hand_back().map(|handed| match handed {
-            actuator::HandedBack::FirmwareAuto => Mode::FirmwareAuto,
-            actuator::HandedBack::FullSpeed { .. } => Mode::FullSpeed,
-        })
+        self.actuator.hand_back().map(|handed| Mode::handed_back(&handed))
     }
 
     /// After a failed write the loop stops driving the fan and hands it back. Where neither auto
@@ -688,14 +693,7 @@ async fn drive_fan(
     })
     .await;
     if let Ok(release) = released {
-        status.update(|s| {
-            if let Some(t) = s.thermal.get_mut(&id) {
-                t.mode = release.mode.into();
-                t.safety = release.failure;
-                t.why = None;
-                t.decision = None;
-            }
-        });
+        publish_not_driven(status, &id, release.mode, release.failure);
     }
 }
 /// Waits for a fan's round. One still running after `allowance` is stuck in a read or write its
@@ -758,19 +756,9 @@ fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
             .and_then(|mut fan| fan.hand_back().map_err(|e| e.to_string()));
         match handed {
             Ok(handed) => {
-                let mode = match handed {
-                    actuator::HandedBack::FirmwareAuto => Mode::FirmwareAuto,
-                    actuator::HandedBack::FullSpeed { .. } => Mode::FullSpeed,
-                };
+                let mode = Mode::handed_back(&handed);
                 status.event("thermal", Level::Warn, format!("{id}: fan handed back ({})", describe(mode)));
-                status.update(|s| {
-                    if let Some(t) = s.thermal.get_mut(&id) {
-                        t.mode = mode.name().into();
-                        t.safety = Some(stalled);
-                        t.why = None;
-                        t.decision = None;
-                    }
-                });
+                publish_not_driven(&status, &id, mode.name(), Some(stalled));
             }
             Err(e) => {
                 status.event("thermal", Level::Error, format!("{id}: handing the fan back failed: {e}"))
@@ -786,6 +774,18 @@ fn hand_back_stalled(context: &RoundContext, stalled_for: Duration) {
             format!("{}: no thread to hand the stalled fan back: {e}", context.device.id),
         );
     }
+}
+
+/// Shows a fan its loop no longer drives: the mode it was left in and why, with no plan.
+fn publish_not_driven(status: &StatusModel, id: &str, mode: &str, safety: Option<String>) {
+    status.update(|s| {
+        if let Some(t) = s.thermal.get_mut(id) {
+            t.mode = mode.into();
+            t.safety = safety;
+            t.why = None;
+            t.decision = None;
+        }
+    });
 }
 
 /// The fan duty the controller is told: what the device reports, else the duty last sent. A fan
