@@ -475,7 +475,7 @@ impl EcFanRig {
         let device = Device { integrated: true, ..common::thermal::amd_hwmon_device("gfx1151", &hwmon_rel) };
         let config = ControlConfig { period: PERIOD, hook: Some(hooks), ..Default::default() };
         let state = tempfile::tempdir().unwrap();
-        let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+        let (status, cancel, task) = spawn_control_loop(vec![device], &root, config, state.path());
         Self { dir, _state: state, log, status, cancel, task }
     }
 
@@ -602,7 +602,7 @@ async fn a_fan_loop_hung_in_a_sysfs_read_stops_feeding_the_watchdog() {
     };
     let device = common::thermal::amd_hwmon_device("gfx1030", &format!("{DEV}/hwmon/hwmon2"));
     let state = tempfile::tempdir().unwrap();
-    let (status, cancel, task) = spawn_control_loop(device, &root, config, state.path());
+    let (status, cancel, task) = spawn_control_loop(vec![device], &root, config, state.path());
     let mode = || status.snapshot().thermal.get("0000:03:00.0").map(|t| t.mode.clone());
     assert!(eventually(|| mode().as_deref() == Some("predictive"), |_| {}).await, "{:?}", mode());
     tokio::time::sleep(2 * silence).await;
@@ -654,17 +654,8 @@ async fn a_card_whose_driver_stops_answering_holds_up_neither_its_own_fan_nor_th
 
     let config =
         ControlConfig { period: PERIOD, stall_after: Duration::from_millis(300), ..Default::default() };
-    let (status, cancel) = (StatusModel::new(), CancellationToken::new());
     let state = tempfile::tempdir().unwrap();
-    let task = tokio::spawn(lucebox::thermal::control_loop_with(
-        config,
-        vec![card_a, card_b],
-        lucebox::hardware::SysRoot::new(&root),
-        state.path().to_path_buf(),
-        tokio::sync::watch::channel(None).1,
-        status.clone(),
-        cancel.clone(),
-    ));
+    let (status, cancel, task) = spawn_control_loop(vec![card_a, card_b], &root, config, state.path());
     let mode = |id: &str| status.snapshot().thermal.get(id).map(|t| (t.mode.clone(), t.safety.clone()));
     let driven = || read(&hwmon_a, "pwm1_enable") == "1" && read(&hwmon_b, "pwm1_enable") == "1";
     assert!(

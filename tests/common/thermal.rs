@@ -59,7 +59,7 @@ pub fn start_fan_loop_in(
     let hwmon_rel = format!("{DEV}/hwmon/{hwmon}");
     let device = amd_hwmon_device(arch, &hwmon_rel);
     let (load, signal) = watch::channel(None);
-    let (status, cancel, task) = spawn_control_loop_with(device, &root, config, state.path(), signal);
+    let (status, cancel, task) = spawn_control_loop_with(vec![device], &root, config, state.path(), signal);
     let hwmon = root.join(&hwmon_rel);
     FanLoop { dir, root, hwmon, state, status, load, cancel, task }
 }
@@ -73,20 +73,20 @@ pub fn copy_fixture(fixture: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-/// Starts the fan control loop on `device` under `root`, keeping its state in `state`, with no
+/// Starts the fan control loop on `devices` under `root`, keeping its state in `state`, with no
 /// engine load signal: the status it publishes to, its cancel token and its task.
 pub fn spawn_control_loop(
-    device: Device,
+    devices: Vec<Device>,
     root: &Path,
     config: ControlConfig,
     state: &Path,
 ) -> (StatusModel, CancellationToken, tokio::task::JoinHandle<()>) {
-    spawn_control_loop_with(device, root, config, state, watch::channel(None).1)
+    spawn_control_loop_with(devices, root, config, state, watch::channel(None).1)
 }
 
 /// [`spawn_control_loop`] with the engine load the loop reads from `load`.
 pub fn spawn_control_loop_with(
-    device: Device,
+    devices: Vec<Device>,
     root: &Path,
     config: ControlConfig,
     state: &Path,
@@ -95,7 +95,7 @@ pub fn spawn_control_loop_with(
     let (status, cancel) = (StatusModel::new(), CancellationToken::new());
     let task = tokio::spawn(control_loop_with(
         config,
-        vec![device],
+        devices,
         SysRoot::new(root),
         state.to_path_buf(),
         load,
