@@ -334,6 +334,50 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
     assert!(stock.iter().all(|r| !r["command_pct"].is_empty()));
 }
 
+/// The bench scores the predictive controller as `lucebox run` drives a fan: under the daemon's
+/// safety layer, whose reactive floor (from 2 °C under the limit to full speed at it) lifts the
+/// duty at once and lets it fall only after 15 readings lower. On the Strix Halo box with agent
+/// work the plans ride a degree under the 95 °C limit, so the floor binds; without the layer the
+/// bench would score duties the daemon never sends.
+#[test]
+fn the_bench_drives_the_predictive_controller_under_the_daemons_safety_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let plant = repo().join("thermal/plants/strix-halo-box.toml");
+    let trace = repo().join("thermal/traces/agent.csv");
+    let log = dir.path().join("predictive.csv");
+    let args = ["--controller", "predictive", "--duration", "600", "--telemetry-of", "predictive"];
+    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
+    let rows = read_telemetry(&log);
+    let num =
+        |row: &std::collections::HashMap<String, String>, key: &str| -> f64 { row[key].parse().unwrap() };
+    let floor_of = |junction_c: f64| ((junction_c - 93.0) / 2.0 * 100.0).clamp(0.0, 100.0);
+    // The layer's rules, replayed on the readings: full speed from the limit until 5 °C under it,
+    // else the highest floor of the last 15 readings.
+    let (mut recent, mut at_full) = (std::collections::VecDeque::new(), false);
+    let (mut lifted, mut held_after) = (0, 0);
+    for row in &rows {
+        let (command, junction, t) = (num(row, "command_pct"), num(row, "junction_c"), &row["t_s"]);
+        if junction >= 95.0 || (at_full && junction > 90.0) {
+            (at_full, recent) = (true, std::collections::VecDeque::new());
+            assert_eq!(command, 100.0, "full speed at the limit, t = {t}");
+            continue;
+        }
+        at_full = false;
+        if recent.len() == 15 {
+            recent.pop_front();
+        }
+        recent.push_back(floor_of(junction));
+        let floor = recent.iter().copied().fold(0.0, f64::max);
+        assert!(command >= floor, "{command} % under the safety floor of {floor} % at t = {t}");
+        if floor > 0.0 && num(row, "required_pct") < floor - 10.0 {
+            lifted += 1;
+            held_after += usize::from(floor_of(junction) < floor);
+        }
+    }
+    assert!(lifted >= 10, "the floor lifted the plans' duty {lifted} times: this run no longer tests it");
+    assert!(held_after >= 5, "the floor was held after the reading fell {held_after} times");
+}
+
 /// The predictive controller learns each fan's lag from the duty it reports a period after each
 /// command (the Strix Halo box's 4 s fan against the 4070's 2 s one), keeps it with the model and
 /// resumes it after a restart; a saved lag no fan could have stops the bench with its file and key.

@@ -15,6 +15,8 @@ use super::forecast::PowerForecast;
 use super::learned::LearnedFiles;
 use super::model::ModelParams;
 use super::plant::{PlantSpec, PlantState, PLANT_DT_S};
+use super::safety::{SafetyLayer, Verdict};
+use super::sensors::Readings;
 use super::sim::{EngineSim, Noise};
 use super::trace::Request;
 use super::ThermalError;
@@ -232,6 +234,57 @@ fn resume(files: &LearnedFiles) -> Result<(ModelParams, PowerForecast), ThermalE
     }
 }
 
+/// A controller as `lucebox run` drives a fan with it: under the daemon's safety layer, which
+/// takes full speed at the limit, lifts the duty to its reactive floor near it, and hands the fan
+/// to the firmware's automatic control (on the bench, the plant's stock curve) on a reading it
+/// does not trust. The controller is asked only where the daemon would ask it.
+struct UnderSafetyLayer<C> {
+    safety: SafetyLayer,
+    controller: C,
+    firmware_auto: Stock,
+}
+
+impl<C: Controller> Controller for UnderSafetyLayer<C> {
+    fn name(&self) -> &'static str {
+        self.controller.name()
+    }
+
+    fn decide(&mut self, obs: &Observation) -> f64 {
+        let readings = Readings {
+            junction_c: obs.junction_c,
+            power_w: Some(obs.power_w),
+            fan_rpm: None,
+            fan_duty_pct: Some(obs.fan_duty_pct),
+        };
+        let (duty, commanded) = match self.safety.judge(&Ok(readings)) {
+            Verdict::Control { floor_pct } => {
+                let duty = self.controller.decide(obs).max(floor_pct);
+                (duty, Some(duty))
+            }
+            Verdict::FullSpeed(_) => (100.0, Some(100.0)),
+            Verdict::FirmwareAuto(_) => (self.firmware_auto.decide(obs), None),
+        };
+        self.controller.commanded(commanded);
+        duty
+    }
+
+    fn prediction_30s_c(&self) -> Option<f64> {
+        self.controller.prediction_30s_c()
+    }
+
+    fn predicted_peak_c(&self) -> Option<f64> {
+        self.controller.predicted_peak_c()
+    }
+
+    fn learned(&self) -> Option<(ModelParams, &PowerForecast)> {
+        self.controller.learned()
+    }
+
+    fn detail(&self) -> Option<DecisionDetail> {
+        self.controller.detail()
+    }
+}
+
 enum Driver {
     Observing(Box<dyn Controller>),
     Oracle(Box<Oracle>),
@@ -277,7 +330,11 @@ fn simulate(
         ControllerKind::Target => Driver::Observing(Box::new(Target::new(limits))),
         ControllerKind::Predictive => {
             let (params, forecast) = start.unwrap_or_else(|| (ModelParams::prior(), PowerForecast::new()));
-            Driver::Observing(Box::new(Predictive::new(limits, params, period_s).with_forecast(forecast)))
+            Driver::Observing(Box::new(UnderSafetyLayer {
+                safety: SafetyLayer::new(limit_c),
+                controller: Predictive::new(limits, params, period_s).with_forecast(forecast),
+                firmware_auto: Stock::new(spec.stock.curve.clone()),
+            }))
         }
         ControllerKind::Oracle => {
             Driver::Oracle(Box::new(Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps))))

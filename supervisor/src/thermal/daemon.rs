@@ -426,7 +426,7 @@ impl DeviceLoop {
                             (d - duty).abs() >= config.rewrite_below_pct || at.elapsed() >= config.refresh
                         });
                         if stale || self.mode != Some(Mode::Predictive) {
-                            match self.actuator.set_duty(duty, r.junction_c, self.limit_c) {
+                            match self.actuator.set_duty(duty, self.limit_c) {
                                 Ok(()) => {
                                     self.mode = Some(Mode::Predictive);
                                     self.last_duty = Some((duty, Instant::now()));
@@ -438,6 +438,11 @@ impl DeviceLoop {
                 }
             }
         }
+        self.controller.commanded(match self.mode {
+            Some(Mode::Predictive) => self.last_duty.map(|(duty, _)| duty),
+            Some(Mode::FullSpeed) => Some(100.0),
+            _ => None,
+        });
         self.cpu += thread_cpu_time().saturating_sub(cpu_before);
         let loop_cpu_s = self.cpu.as_secs_f64();
         let r = reading.as_ref().ok();

@@ -1,6 +1,7 @@
 //! The safety layer, above the controller and independent of it: hard limit → full speed;
 //! sensor missing, absurd or frozen → firmware auto; near the limit the duty never drops below
-//! what a reactive curve demands, whatever the forecast says.
+//! what a reactive curve demands, whatever the forecast says. The bench scores the predictive
+//! controller under this same layer (`bench.rs`), so its figures are what a device does.
 
 use std::collections::VecDeque;
 
@@ -19,8 +20,25 @@ const FROZEN_SAMPLES: usize = 60;
 const FROZEN_POWER_SWING_W: f64 = 40.0;
 /// Without a power reading, unchanged this long counts as frozen.
 const FROZEN_SAMPLES_NO_POWER: usize = 600;
-/// The reactive floor starts this far under the limit.
-const FLOOR_FROM_BELOW_LIMIT_C: f64 = 6.0;
+/// The reactive floor starts this far under the limit: twice the predictive controller's margin,
+/// so it lifts the fan where the junction has passed what the plans allowed, not where they ride.
+/// From 6 °C under, it overrode the plans on every hot run and, read off a 1 °C sensor once a
+/// second, moved the fan up to 30 times a minute (thermal/FINDINGS.md, "The bench under the
+/// safety layer").
+const FLOOR_FROM_BELOW_LIMIT_C: f64 = 2.0;
+/// The floor falls only once it has been lower for this many readings: it rises at once.
+const FLOOR_HOLD_SAMPLES: usize = 15;
+
+/// The reactive curve near `limit_c`: the least duty the fan may run at with the junction at
+/// `junction_c`, 0 up to `FLOOR_FROM_BELOW_LIMIT_C` under the limit, then rising to 100 % at it.
+pub fn reactive_floor_pct(junction_c: f64, limit_c: f64) -> f64 {
+    interpolate(&[(limit_c - FLOOR_FROM_BELOW_LIMIT_C, 0.0), (limit_c, 100.0)], junction_c)
+}
+
+/// Where [`reactive_floor_pct`] reaches `duty_pct` under `limit_c`.
+pub fn reactive_floor_reaches_c(duty_pct: f64, limit_c: f64) -> f64 {
+    limit_c - FLOOR_FROM_BELOW_LIMIT_C * (1.0 - duty_pct.clamp(0.0, 100.0) / 100.0)
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -36,14 +54,30 @@ pub struct SafetyLayer {
     limit_c: f64,
     at_full: bool,
     recent: VecDeque<(f64, Option<f64>)>,
+    /// The reactive floor of the last `FLOOR_HOLD_SAMPLES` readings under control.
+    recent_floors: VecDeque<f64>,
 }
 
 impl SafetyLayer {
     pub fn new(limit_c: f64) -> Self {
-        Self { limit_c, at_full: false, recent: VecDeque::with_capacity(FROZEN_SAMPLES_NO_POWER) }
+        Self {
+            limit_c,
+            at_full: false,
+            recent: VecDeque::with_capacity(FROZEN_SAMPLES_NO_POWER),
+            recent_floors: VecDeque::with_capacity(FLOOR_HOLD_SAMPLES),
+        }
     }
 
     pub fn judge(&mut self, reading: &Result<Readings, SensorError>) -> Verdict {
+        let verdict = self.verdict(reading);
+        if !matches!(verdict, Verdict::Control { .. }) {
+            // Full speed and firmware auto end on rules of their own; no floor outlasts them.
+            self.recent_floors.clear();
+        }
+        verdict
+    }
+
+    fn verdict(&mut self, reading: &Result<Readings, SensorError>) -> Verdict {
         let r = match reading {
             Ok(r) => r,
             Err(e) => {
@@ -77,10 +111,11 @@ impl SafetyLayer {
             ));
         }
         self.at_full = false;
-        let floor_pct = interpolate(
-            &[(self.limit_c - FLOOR_FROM_BELOW_LIMIT_C, 0.0), (self.limit_c, 100.0)],
-            r.junction_c,
-        );
+        if self.recent_floors.len() == FLOOR_HOLD_SAMPLES {
+            self.recent_floors.pop_front();
+        }
+        self.recent_floors.push_back(reactive_floor_pct(r.junction_c, self.limit_c));
+        let floor_pct = self.recent_floors.iter().copied().fold(0.0, f64::max);
         Verdict::Control { floor_pct }
     }
 
@@ -113,7 +148,35 @@ mod tests {
         assert!(matches!(s.judge(&ok(95.0, 100.0)), Verdict::FullSpeed(_)));
         assert!(matches!(s.judge(&ok(92.0, 100.0)), Verdict::FullSpeed(_)));
         assert!(matches!(s.judge(&ok(89.0, 100.0)), Verdict::Control { floor_pct } if floor_pct == 0.0));
-        assert!(matches!(s.judge(&ok(92.0, 100.0)), Verdict::Control { floor_pct } if floor_pct == 50.0));
+        assert!(matches!(s.judge(&ok(92.0, 100.0)), Verdict::Control { floor_pct } if floor_pct == 0.0));
+    }
+
+    #[test]
+    fn the_floor_rises_at_once_near_the_limit_and_falls_only_after_it_has_been_lower_a_while() {
+        let mut s = SafetyLayer::new(95.0);
+        let floor = |v: Verdict| match v {
+            Verdict::Control { floor_pct } => floor_pct,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(floor(s.judge(&ok(92.9, 100.0))), 0.0);
+        assert_eq!(floor(s.judge(&ok(94.0, 100.0))), 50.0);
+        // A noisy sensor dipping back under the floor's start does not move the fan.
+        for _ in 1..FLOOR_HOLD_SAMPLES {
+            assert_eq!(floor(s.judge(&ok(92.0, 100.0))), 50.0);
+        }
+        assert_eq!(floor(s.judge(&ok(92.0, 100.0))), 0.0);
+        assert_eq!(floor(s.judge(&ok(94.5, 100.0))), 75.0);
+        // Full speed at the limit ends by its own rule; the floor before it is not held after.
+        assert!(matches!(s.judge(&ok(95.0, 100.0)), Verdict::FullSpeed(_)));
+        assert_eq!(floor(s.judge(&ok(89.0, 100.0))), 0.0);
+    }
+
+    #[test]
+    fn the_curve_reaches_a_duty_where_the_floor_does() {
+        for duty in [0.0, 30.0, 50.0, 100.0] {
+            let at = reactive_floor_reaches_c(duty, 95.0);
+            assert!((reactive_floor_pct(at, 95.0) - duty).abs() < 1e-9, "{duty} % at {at} °C");
+        }
     }
 
     #[test]

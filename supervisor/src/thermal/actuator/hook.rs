@@ -43,7 +43,7 @@ impl FanActuator for FirmwareHook {
         FanRange { min_duty_pct: EC_MIN_DUTY_PCT, zero_rpm: false }
     }
 
-    fn set_duty(&mut self, duty_pct: f64, _junction_c: f64, _limit_c: f64) -> Result<(), ActuatorError> {
+    fn set_duty(&mut self, duty_pct: f64, _limit_c: f64) -> Result<(), ActuatorError> {
         let duty = duty_pct.clamp(EC_MIN_DUTY_PCT, 100.0).round() as u8;
         self.send(HookEvent::SetFan { duty_pct: duty, fan: None })
     }
@@ -82,7 +82,7 @@ mod tests {
         let log = dir.path().join("events");
         board_dir(dir.path(), &format!("cat >> {0}; echo >> {0}; echo '{{\"ok\":true}}'", log.display()));
         let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
-        hook.set_duty(42.4, 60.0, 95.0).unwrap();
+        hook.set_duty(42.4, 95.0).unwrap();
         hook.full_speed().unwrap();
         hook.restore_auto().unwrap();
         let events: Vec<HookEvent> = std::fs::read_to_string(&log)
@@ -115,7 +115,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         board_dir(dir.path(), r#"echo '{"ok":false,"detail":"framework_tool not installed"}'"#);
         let mut hook = FirmwareHook::new(dir.path().to_path_buf(), SysRoot::live());
-        let error = hook.set_duty(40.0, 60.0, 95.0).unwrap_err().to_string();
+        let error = hook.set_duty(40.0, 95.0).unwrap_err().to_string();
         assert!(error.contains("refused: framework_tool not installed"), "{error}");
         assert!(hook.restore_auto().is_err());
     }

@@ -38,7 +38,7 @@ impl FanActuator for HwmonPwm {
         self.range
     }
 
-    fn set_duty(&mut self, duty_pct: f64, _junction_c: f64, _limit_c: f64) -> Result<(), ActuatorError> {
+    fn set_duty(&mut self, duty_pct: f64, _limit_c: f64) -> Result<(), ActuatorError> {
         // Read each time, not remembered: a reset from elsewhere (the panic hook, a GPU reset)
         // puts the fan back on auto, and amdgpu then refuses a pwm1 write.
         let enable = self.dir.join("pwm1_enable");
@@ -73,9 +73,9 @@ mod tests {
         let mut fan = HwmonPwm::open(dir.path().to_path_buf()).unwrap();
         assert_eq!(fan.range().min_duty_pct, 20.0);
         let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
-        fan.set_duty(50.0, 60.0, 95.0).unwrap();
+        fan.set_duty(50.0, 95.0).unwrap();
         assert_eq!((read("pwm1_enable"), read("pwm1")), ("1".into(), "128".into()));
-        fan.set_duty(5.0, 60.0, 95.0).unwrap();
+        fan.set_duty(5.0, 95.0).unwrap();
         assert_eq!(read("pwm1"), "51", "clamped to the published floor");
         fan.restore_auto().unwrap();
         assert_eq!(read("pwm1_enable"), "2");
@@ -83,7 +83,7 @@ mod tests {
         assert_eq!(read("pwm1_enable"), "0");
         // Something else put the fan on auto: the next duty takes it back to manual first.
         std::fs::write(dir.path().join("pwm1_enable"), "2").unwrap();
-        fan.set_duty(40.0, 60.0, 95.0).unwrap();
+        fan.set_duty(40.0, 95.0).unwrap();
         assert_eq!((read("pwm1_enable"), read("pwm1")), ("1".into(), "102".into()));
     }
 }

@@ -42,9 +42,9 @@ pub trait FanActuator: Send {
     /// `hwmon-pwm`, `od-fan-curve`, `nvml`, `firmware-hook`.
     fn kind(&self) -> &'static str;
     fn range(&self) -> FanRange;
-    /// Drives the fan at `duty_pct`; `junction_c` and `limit_c` let curve-based actuators keep a
-    /// rising curve (full speed before the limit) rather than a flat one.
-    fn set_duty(&mut self, duty_pct: f64, junction_c: f64, limit_c: f64) -> Result<(), ActuatorError>;
+    /// Drives the fan at `duty_pct`; `limit_c` lets a curve-based actuator commit a curve that
+    /// rises to full speed at the limit rather than a flat one.
+    fn set_duty(&mut self, duty_pct: f64, limit_c: f64) -> Result<(), ActuatorError>;
     /// Hands the fan back to the firmware's automatic control.
     fn restore_auto(&mut self) -> Result<(), ActuatorError>;
     fn full_speed(&mut self) -> Result<(), ActuatorError>;

@@ -105,7 +105,7 @@ impl FanActuator for NvmlFan {
         self.range
     }
 
-    fn set_duty(&mut self, duty_pct: f64, _junction_c: f64, _limit_c: f64) -> Result<(), ActuatorError> {
+    fn set_duty(&mut self, duty_pct: f64, _limit_c: f64) -> Result<(), ActuatorError> {
         if duty_pct < self.range.min_duty_pct {
             return self.restore_auto();
         }

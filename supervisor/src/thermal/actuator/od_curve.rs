@@ -1,16 +1,17 @@
 //! RDNA3/RDNA4 overdrive fan curve (`gpu_od/fan_ctrl/fan_curve`): write `idx temp pct` per point,
 //! then `c` to commit; `r` restores the boot default (automatic). Manual pwm is rejected on these
 //! cards. A committed curve outlives our process, so a duty is never written as a flat curve: the
-//! curve holds the duty around the current junction and rises to 100 % 10 °C under the limit.
+//! curve holds the duty up to where the safety layer's reactive floor reaches it, then follows
+//! that floor to full speed at the limit. While the loop runs, the firmware so never runs the fan
+//! faster than the loop itself would (before, a curve at full speed 10 °C under the limit overrode
+//! every plan above that, which the bench did not see); should the process die, the firmware keeps
+//! that floor: full speed at the control limit, which sits 15 °C under the card's critical
+//! temperature (`sensors.rs`).
 
 use std::path::PathBuf;
 
 use super::{check_writable, read_attr, write_attr, ActuatorError, FanActuator, FanRange};
-
-/// The curve reaches full speed this far under the limit.
-const FULL_BELOW_LIMIT_C: f64 = 10.0;
-/// The duty is held up to this far above the current junction before the curve starts rising.
-const HOLD_ABOVE_JUNCTION_C: f64 = 4.0;
+use crate::thermal::safety::reactive_floor_reaches_c;
 
 pub struct OdFanCurve {
     file: PathBuf,
@@ -49,23 +50,23 @@ impl OdFanCurve {
         Ok(Self { file, points, temp_range, speed_range })
     }
 
-    /// The points to write for `duty` with the junction at `junction_c` under `limit_c`.
-    pub fn curve_for(&self, duty_pct: f64, junction_c: f64, limit_c: f64) -> Vec<(u32, u32)> {
+    /// The points to write for `duty` under `limit_c`: flat at the duty from the lowest
+    /// temperature the card takes to where the reactive floor reaches the duty, then full speed
+    /// at the limit. Temperatures are whole degrees, rounded down: never under the floor.
+    pub fn curve_for(&self, duty_pct: f64, limit_c: f64) -> Vec<(u32, u32)> {
         let (t_lo, t_hi) = self.temp_range;
         let (s_lo, s_hi) = self.speed_range;
         let duty = duty_pct.clamp(s_lo, s_hi);
-        let full_at = (limit_c - FULL_BELOW_LIMIT_C).clamp(t_lo, t_hi);
-        let rise_from = (junction_c + HOLD_ABOVE_JUNCTION_C).clamp(t_lo, full_at);
-        let n = self.points;
-        (0..n)
+        let full_at = limit_c.clamp(t_lo + 1.0, t_hi).floor();
+        let rise_from = reactive_floor_reaches_c(duty, limit_c).floor().clamp(t_lo, full_at - 1.0);
+        let flat = self.points - 1;
+        (0..self.points)
             .map(|i| {
-                if i == 0 {
-                    return (t_lo.round() as u32, duty.round() as u32);
+                if i == flat {
+                    return (full_at as u32, s_hi.round() as u32);
                 }
-                let share = i as f64 / (n - 1) as f64;
-                let t = rise_from + (full_at - rise_from) * share;
-                let s = duty + (s_hi - duty) * share;
-                (t.round() as u32, s.round() as u32)
+                let share = if flat > 1 { i as f64 / (flat - 1) as f64 } else { 0.0 };
+                ((t_lo + (rise_from - t_lo) * share).round() as u32, duty.round() as u32)
             })
             .collect()
     }
@@ -87,8 +88,8 @@ impl FanActuator for OdFanCurve {
         FanRange { min_duty_pct: self.speed_range.0, zero_rpm: false }
     }
 
-    fn set_duty(&mut self, duty_pct: f64, junction_c: f64, limit_c: f64) -> Result<(), ActuatorError> {
-        let points = self.curve_for(duty_pct, junction_c, limit_c);
+    fn set_duty(&mut self, duty_pct: f64, limit_c: f64) -> Result<(), ActuatorError> {
+        let points = self.curve_for(duty_pct, limit_c);
         self.commit(&points)
     }
 
@@ -128,14 +129,39 @@ mod tests {
         assert_eq!(c.range().min_duty_pct, 15.0);
     }
 
+    /// The speed the firmware runs the fan at with the junction at `t_c`, from the committed
+    /// points: straight lines between them, flat beyond the ends.
+    fn firmware_speed(points: &[(u32, u32)], t_c: f64) -> f64 {
+        let points: Vec<(f64, f64)> = points.iter().map(|&(t, s)| (t as f64, s as f64)).collect();
+        crate::thermal::controller::interpolate(&points, t_c)
+    }
+
     #[test]
-    fn a_duty_becomes_a_rising_curve_at_full_speed_ten_degrees_under_the_limit() {
-        let points = curve().curve_for(30.0, 60.0, 95.0);
-        assert_eq!(points.first(), Some(&(25, 30)));
-        assert_eq!(points.last(), Some(&(85, 100)));
-        assert!(points.windows(2).all(|w| w[1].0 >= w[0].0 && w[1].1 >= w[0].1), "{points:?}");
-        // Never below the card's floor, even when asked.
-        assert_eq!(curve().curve_for(0.0, 40.0, 95.0)[0].1, 15);
+    fn a_duty_becomes_a_curve_that_holds_it_and_follows_the_safety_floor_to_full_speed_at_the_limit() {
+        use crate::thermal::safety::reactive_floor_pct;
+        let c = curve();
+        let limit = 95.0;
+        assert_eq!(c.curve_for(30.0, limit), vec![(25, 30), (48, 30), (70, 30), (93, 30), (95, 100)]);
+        for duty in (15..=100).step_by(5).map(f64::from) {
+            let points = c.curve_for(duty, limit);
+            assert!(points.windows(2).all(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1), "{points:?}");
+            for tenth in 250..=1000 {
+                let t = tenth as f64 / 10.0;
+                let speed = firmware_speed(&points, t);
+                // Never under what the loop would run (the duty, lifted by the safety floor) ...
+                let loop_would = duty.max(reactive_floor_pct(t, limit));
+                assert!(speed >= loop_would - 0.5, "{duty} % at {t} °C: {speed} < {loop_would}; {points:?}");
+                // ... and no faster than the duty until the junction is a degree from the floor's reach.
+                if t <= crate::thermal::safety::reactive_floor_reaches_c(duty, limit) - 1.0 {
+                    assert!((speed - duty).abs() <= 0.5, "{duty} % at {t} °C: {speed}; {points:?}");
+                }
+                if t >= limit {
+                    assert_eq!(speed, 100.0, "{duty} % at {t} °C");
+                }
+            }
+        }
+        // Never below the card's lowest speed, even when asked.
+        assert_eq!(c.curve_for(0.0, limit)[0].1, 15);
     }
 
     #[test]

@@ -174,6 +174,10 @@ pub trait Controller {
     fn detail(&self) -> Option<DecisionDetail> {
         None
     }
+    /// What the fan was sent after the last decision, where a layer above the controller may
+    /// change it (the safety layer's floor or full speed), or `None` where the fan's firmware
+    /// drives it: the next observation is read against what the fan was really told.
+    fn commanded(&mut self, _duty_pct: Option<f64>) {}
 }
 
 /// Piecewise-linear curve (°C → duty %), flat beyond its ends.

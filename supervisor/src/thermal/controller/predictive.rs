@@ -84,6 +84,8 @@ pub struct Predictive {
     forecast: PowerForecast,
     dt_s: f64,
     duty: Option<f64>,
+    /// What the fan was last sent: this controller's duty, unless a layer above changed it.
+    sent: Option<f64>,
     recent_required: VecDeque<f64>,
     /// Per period of the last `DOWN_DWELL`: whether stopping survived a prompt at any time.
     recent_stop_safe: VecDeque<bool>,
@@ -178,6 +180,7 @@ impl Predictive {
             forecast: PowerForecast::new(),
             dt_s,
             duty: None,
+            sent: None,
             recent_required: VecDeque::with_capacity(STOP_DWELL),
             recent_stop_safe: VecDeque::with_capacity(DOWN_DWELL),
             fan,
@@ -445,7 +448,7 @@ impl Controller for Predictive {
         if let Some(load) = &obs.load {
             self.forecast.observe(load, obs.power_w, self.dt_s);
         }
-        if let Some(sent) = self.duty {
+        if let Some(sent) = self.sent {
             self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
         }
         self.fan_now_pct = obs.fan_duty_pct;
@@ -502,6 +505,7 @@ impl Controller for Predictive {
         }
         let duty = duty.max(floor);
         self.duty = Some(duty);
+        self.sent = Some(duty);
         let drained = self.forecast.work_steps(&known);
         // What the plans alone would command: a stop, or the required duty on the command grid.
         let plans_alone = if required < self.limits.min_duty_pct { required } else { grid(required) };
@@ -555,6 +559,10 @@ impl Controller for Predictive {
 
     fn detail(&self) -> Option<DecisionDetail> {
         self.detail
+    }
+
+    fn commanded(&mut self, duty_pct: Option<f64>) {
+        self.sent = duty_pct;
     }
 }
 
