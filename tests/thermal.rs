@@ -274,7 +274,7 @@ fn bad_plant_key_is_named_with_the_file() {
 }
 
 /// Reads a telemetry CSV into rows of named fields.
-fn read_telemetry(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+fn read_telemetry(path: &Path) -> Vec<TelemetryRow> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
     let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
@@ -287,22 +287,36 @@ fn read_telemetry(path: &Path) -> Vec<std::collections::HashMap<String, String>>
         .collect()
 }
 
+type TelemetryRow = std::collections::HashMap<String, String>;
+
+/// The telemetry of the predictive controller on a shipped plant and trace, cut at `duration_s`,
+/// with the folder its log is in.
+fn predictive_telemetry(plant: &str, trace: &str, duration_s: u32) -> (tempfile::TempDir, Vec<TelemetryRow>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (plant, trace) = (
+        repo().join(format!("thermal/plants/{plant}.toml")),
+        repo().join(format!("thermal/traces/{trace}.csv")),
+    );
+    let log = dir.path().join("predictive.csv");
+    let duration = duration_s.to_string();
+    let args = ["--controller", "predictive", "--duration", &duration, "--telemetry-of", "predictive"];
+    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
+    let rows = read_telemetry(&log);
+    (dir, rows)
+}
+
+/// A telemetry field as a number; one that is not is named with its row's time.
+fn num(row: &TelemetryRow, key: &str) -> f64 {
+    row[key].parse().unwrap_or_else(|_| panic!("{key} = {:?} at t = {}", row[key], row["t_s"]))
+}
+
 /// The telemetry of a predictive run says, period by period, what its plans weighed, consistent
 /// with the command it gave; other controllers leave those columns empty, and `fit` still reads
 /// the log (see the next test, which fits a stock log with the same header).
 #[test]
 fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
-    let dir = tempfile::tempdir().unwrap();
-    let plant = repo().join("thermal/plants/rtx4070-itx.toml");
-    let trace = repo().join("thermal/traces/code-assist-holdout.csv");
-    let log = dir.path().join("predictive.csv");
-    let args = ["--controller", "predictive", "--duration", "700", "--telemetry-of", "predictive"];
-    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
-    let rows = read_telemetry(&log);
+    let (dir, rows) = predictive_telemetry("rtx4070-itx", "code-assist-holdout", 700);
     assert_eq!(rows.len(), 700);
-    let num = |row: &std::collections::HashMap<String, String>, key: &str| -> f64 {
-        row[key].parse().unwrap_or_else(|_| panic!("{key} = {:?} at t = {}", row[key], row["t_s"]))
-    };
     let (mut stopped_plans, mut running_plans) = (0, 0);
     for row in &rows {
         let (command, floor, required) =
@@ -327,6 +341,10 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
     assert!(stopped_plans > 100 && running_plans > 20, "{stopped_plans} stopped, {running_plans} running");
 
     let stock_log = dir.path().join("stock.csv");
+    let (plant, trace) = (
+        repo().join("thermal/plants/rtx4070-itx.toml"),
+        repo().join("thermal/traces/code-assist-holdout.csv"),
+    );
     let args = ["--controller", "stock", "--duration", "30", "--telemetry-of", "stock"];
     ok(bench(&plant, &trace, &[&args[..], &["--telemetry", stock_log.to_str().unwrap()]].concat()));
     let stock = read_telemetry(&stock_log);
@@ -341,15 +359,7 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
 /// bench would score duties the daemon never sends.
 #[test]
 fn the_bench_drives_the_predictive_controller_under_the_daemons_safety_layer() {
-    let dir = tempfile::tempdir().unwrap();
-    let plant = repo().join("thermal/plants/strix-halo-box.toml");
-    let trace = repo().join("thermal/traces/agent.csv");
-    let log = dir.path().join("predictive.csv");
-    let args = ["--controller", "predictive", "--duration", "600", "--telemetry-of", "predictive"];
-    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
-    let rows = read_telemetry(&log);
-    let num =
-        |row: &std::collections::HashMap<String, String>, key: &str| -> f64 { row[key].parse().unwrap() };
+    let (_dir, rows) = predictive_telemetry("strix-halo-box", "agent", 600);
     let floor_of = |junction_c: f64| ((junction_c - 93.0) / 2.0 * 100.0).clamp(0.0, 100.0);
     // The layer's rules, replayed on the readings: full speed from the limit until 5 °C under it,
     // else the highest floor of the last 15 readings.
@@ -395,7 +405,7 @@ fn a_fans_lag_is_learned_from_its_reported_duty_kept_and_resumed() {
             &[&args[..], &files].concat(),
         ));
         let rows = read_telemetry(log);
-        let lag = |row: &std::collections::HashMap<String, String>| row["fan_lag_s"].parse::<f64>().unwrap();
+        let lag = |row: &TelemetryRow| row["fan_lag_s"].parse::<f64>().unwrap();
         (lag(&rows[0]), lag(&rows[rows.len() - 1]))
     };
     let (first, strix) = learned_lag("strix-halo-box", &dir.path().join("strix.csv"));
