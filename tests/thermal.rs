@@ -289,9 +289,14 @@ fn read_telemetry(path: &Path) -> Vec<TelemetryRow> {
 
 type TelemetryRow = std::collections::HashMap<String, String>;
 
-/// The telemetry of the predictive controller on a shipped plant and trace, cut at `duration_s`,
-/// with the folder its log is in.
-fn predictive_telemetry(plant: &str, trace: &str, duration_s: u32) -> (tempfile::TempDir, Vec<TelemetryRow>) {
+/// The telemetry of the predictive controller on a shipped plant and trace, cut at `duration_s`
+/// (with `extra` bench arguments), with the folder its log is in.
+fn predictive_telemetry(
+    plant: &str,
+    trace: &str,
+    duration_s: u32,
+    extra: &[&str],
+) -> (tempfile::TempDir, Vec<TelemetryRow>) {
     let dir = tempfile::tempdir().unwrap();
     let (plant, trace) = (
         repo().join(format!("thermal/plants/{plant}.toml")),
@@ -300,7 +305,7 @@ fn predictive_telemetry(plant: &str, trace: &str, duration_s: u32) -> (tempfile:
     let log = dir.path().join("predictive.csv");
     let duration = duration_s.to_string();
     let args = ["--controller", "predictive", "--duration", &duration, "--telemetry-of", "predictive"];
-    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()]].concat()));
+    ok(bench(&plant, &trace, &[&args[..], &["--telemetry", log.to_str().unwrap()], extra].concat()));
     let rows = read_telemetry(&log);
     (dir, rows)
 }
@@ -315,7 +320,7 @@ fn num(row: &TelemetryRow, key: &str) -> f64 {
 /// the log (see the next test, which fits a stock log with the same header).
 #[test]
 fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
-    let (dir, rows) = predictive_telemetry("rtx4070-itx", "code-assist-holdout", 700);
+    let (dir, rows) = predictive_telemetry("rtx4070-itx", "code-assist-holdout", 700, &[]);
     assert_eq!(rows.len(), 700);
     let (mut stopped_plans, mut running_plans) = (0, 0);
     for row in &rows {
@@ -359,7 +364,7 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
 /// bench would score duties the daemon never sends.
 #[test]
 fn the_bench_drives_the_predictive_controller_under_the_daemons_safety_layer() {
-    let (_dir, rows) = predictive_telemetry("strix-halo-box", "agent", 600);
+    let (_dir, rows) = predictive_telemetry("strix-halo-box", "agent", 600, &[]);
     let floor_of = |junction_c: f64| ((junction_c - 93.0) / 2.0 * 100.0).clamp(0.0, 100.0);
     // The layer's rules, replayed on the readings: full speed from the limit until 5 °C under it,
     // else the highest floor of the last 15 readings.
@@ -396,29 +401,22 @@ fn a_fans_lag_is_learned_from_its_reported_duty_kept_and_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let trace = repo().join("thermal/traces/code-assist-holdout.csv");
     let state = dir.path().join("state");
-    let learned_lag = |plant: &str, log: &Path| -> (f64, f64) {
-        let args = ["--controller", "predictive", "--duration", "600", "--telemetry-of", "predictive"];
-        let files = ["--telemetry", log.to_str().unwrap(), "--state-dir", state.to_str().unwrap()];
-        ok(bench(
-            &repo().join(format!("thermal/plants/{plant}.toml")),
-            &trace,
-            &[&args[..], &files].concat(),
-        ));
-        let rows = read_telemetry(log);
-        let lag = |row: &TelemetryRow| row["fan_lag_s"].parse::<f64>().unwrap();
-        (lag(&rows[0]), lag(&rows[rows.len() - 1]))
+    let learned_lag = |plant: &str| -> (f64, f64) {
+        let state_dir = ["--state-dir", state.to_str().unwrap()];
+        let (_log_dir, rows) = predictive_telemetry(plant, "code-assist-holdout", 600, &state_dir);
+        (num(&rows[0], "fan_lag_s"), num(&rows[rows.len() - 1], "fan_lag_s"))
     };
-    let (first, strix) = learned_lag("strix-halo-box", &dir.path().join("strix.csv"));
+    let (first, strix) = learned_lag("strix-halo-box");
     assert_eq!(first, 2.0, "before any command has moved the fan, the fastest lag is assumed");
     assert!((strix - 4.0).abs() < 0.6, "the Strix Halo box's 4 s fan learned as {strix} s");
-    let (_, rtx4070) = learned_lag("rtx4070-itx", &dir.path().join("4070.csv"));
+    let (_, rtx4070) = learned_lag("rtx4070-itx");
     assert!((rtx4070 - 2.0).abs() < 0.3, "the 4070's 2 s fan learned as {rtx4070} s");
 
     let model = state.join("thermal/bench-strix-halo-box-nouid.json");
     let saved: serde_json::Value = serde_json::from_str(&read(&model)).unwrap();
     let kept = saved["fan_lag_s"].as_f64().unwrap();
     assert!((kept - strix).abs() < 0.01, "saved {kept} s, learned {strix} s");
-    let (resumed, _) = learned_lag("strix-halo-box", &dir.path().join("strix-again.csv"));
+    let (resumed, _) = learned_lag("strix-halo-box");
     assert!((resumed - kept).abs() < 0.01, "a restart starts from {resumed} s, not the kept {kept} s");
 
     let mut bad = saved.clone();

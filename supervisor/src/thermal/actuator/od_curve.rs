@@ -152,7 +152,7 @@ mod tests {
                 let loop_would = duty.max(reactive_floor_pct(t, limit));
                 assert!(speed >= loop_would - 0.5, "{duty} % at {t} °C: {speed} < {loop_would}; {points:?}");
                 // ... and no faster than the duty until the junction is a degree from the floor's reach.
-                if t <= crate::thermal::safety::reactive_floor_reaches_c(duty, limit) - 1.0 {
+                if t <= reactive_floor_reaches_c(duty, limit) - 1.0 {
                     assert!((speed - duty).abs() <= 0.5, "{duty} % at {t} °C: {speed}; {points:?}");
                 }
                 if t >= limit {
