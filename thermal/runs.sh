@@ -4,11 +4,11 @@
 #             RUNS=first (default) is the tuning plants and traces with the first held-out plant
 #             and trace; RUNS=second, third or fourth, the runs a later held-out set added (its
 #             plants on every trace so far, the earlier plants on its trace); RUNS=all, every
-#             plant on every trace of the first SEEN_SETS sets. RUNS=fifth, sixth and seventh
-#             are the fifth, sixth and seventh held-out sets, which each judged one change
-#             (thermal/FINDINGS.md) and are no longer held out; RUNS=all leaves them out so that
-#             its figures stay comparable with earlier ones. RUNS=eighth is the set kept back to
-#             judge the next change to the controller: run it once, for that.
+#             plant on every trace of the first SEEN_SETS sets. RUNS=fifth to eighth are the
+#             fifth to eighth held-out sets, which each judged one change (thermal/FINDINGS.md)
+#             and are no longer held out; RUNS=all leaves them out so that its figures stay
+#             comparable with earlier ones. The next change to the controller needs a ninth set,
+#             written before anything runs on it.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"

@@ -28,6 +28,19 @@ pub fn running_duty(command_pct: f64, min_duty_pct: f64, zero_rpm: bool) -> f64 
     }
 }
 
+/// The command that reaches a fan when the daemon sends `command_pct`, where the fan's firmware
+/// would command `firmware_pct`: no actuator the daemon has stops a zero-rpm fan on command (NVML
+/// reaches 0 % only through the driver's auto, an RDNA3/4 card stops only under its firmware's
+/// zero-rpm temperature), so a command under its floor hands the fan back to the firmware. The
+/// bench sends every controller's commands through this.
+pub fn through_firmware(command_pct: f64, firmware_pct: f64, min_duty_pct: f64, zero_rpm: bool) -> f64 {
+    if zero_rpm && command_pct < min_duty_pct {
+        firmware_pct
+    } else {
+        command_pct
+    }
+}
+
 /// A fan's learned response to its command.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FanResponse {
@@ -103,6 +116,69 @@ impl FanResponse {
     }
 }
 
+/// Where a zero-rpm fan's firmware is first taken to keep it stopped, until the fan shows its
+/// own: NVIDIA's and AMD's stock curves stop the fan under about 50 °C.
+pub const FIRMWARE_STOPS_BELOW_PRIOR_C: f64 = 50.0;
+
+/// Where a zero-rpm fan's stop is silent. No fan the daemon drives stops on command: NVML reaches
+/// 0 % only by handing the fan back to the driver's auto, and an RDNA3/4 card stops its fan only
+/// under its firmware's zero-rpm temperature. So a stop is a hand-back to the firmware, whose own
+/// curve spins the fan again once the junction is warm, often faster than the fan's floor would
+/// turn it. Learned from the duty the fan reports while handed back: still stopped at a reading,
+/// the firmware keeps it stopped there; spun up, it does not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirmwareStop {
+    stops_below_c: f64,
+    /// Whether the fan, handed back over the last period, was seen driven by its firmware.
+    spinning: bool,
+    /// The reading a period ago: what the duty reported now answers.
+    last_reading_c: Option<f64>,
+}
+
+impl Default for FirmwareStop {
+    fn default() -> Self {
+        Self { stops_below_c: FIRMWARE_STOPS_BELOW_PRIOR_C, spinning: false, last_reading_c: None }
+    }
+}
+
+impl FirmwareStop {
+    /// Learns from one period: whether the fan was handed back to its firmware over it, the
+    /// junction read now, and the duty the fan reported before and after it, against its floor.
+    /// A fan coasting down from the daemon's last command only falls; one its firmware drives
+    /// rises, or holds at a running duty. The firmware acted on the period's first reading, so
+    /// that is the one where it was seen to spin the fan or keep it stopped.
+    pub fn observe(
+        &mut self,
+        handed_back: bool,
+        junction_c: f64,
+        before_pct: f64,
+        after_pct: f64,
+        floor_pct: f64,
+    ) {
+        let acted_on_c = self.last_reading_c.replace(junction_c).unwrap_or(junction_c);
+        self.spinning = handed_back
+            && after_pct >= 0.5
+            && (after_pct >= before_pct + 1.0 || (after_pct >= floor_pct && after_pct >= before_pct));
+        if self.spinning {
+            self.stops_below_c = self.stops_below_c.min(acted_on_c);
+        } else if handed_back && after_pct < 0.5 {
+            self.stops_below_c = self.stops_below_c.max(acted_on_c + 0.5);
+        }
+    }
+
+    /// Whether a stop sent now leaves the fan stopped: not where its firmware was just seen
+    /// spinning it, and only under the reading where the firmware was seen to keep it stopped
+    /// unless it is handed back and still quiet.
+    pub fn silent(&self, handed_back: bool, junction_c: f64) -> bool {
+        !self.spinning && (handed_back || junction_c < self.stops_below_c)
+    }
+
+    /// The reading under which the firmware is taken to keep the fan stopped.
+    pub fn stops_below_c(&self) -> f64 {
+        self.stops_below_c
+    }
+}
+
 /// Share of the gap to its command a fan with time constant `lag_s` closes in `dt_s`.
 fn share_per_period(lag_s: f64, dt_s: f64) -> f64 {
     1.0 - (-dt_s / lag_s).exp()
@@ -170,5 +246,51 @@ mod tests {
         }
         assert_eq!(fan.follow(60.0, 5, |_| 60.0), vec![60.0; 5]);
         assert_eq!(fan.follow(90.0, 3, |k| [30.0, 0.0, 0.0][k]), vec![30.0, 0.0, 0.0]);
+    }
+
+    /// A fan handed back at a cool junction coasts down and stays stopped: the stop is silent and
+    /// the firmware is seen to keep it stopped up to where it was. Warmer, the firmware spins it
+    /// up; from then on a stop is not silent, and only a junction under where that happened lets
+    /// the next hand-back count on a stop again.
+    #[test]
+    fn the_firmware_is_seen_to_keep_a_fan_stopped_or_spin_it() {
+        let floor = 30.0;
+        let mut stop = FirmwareStop::default();
+        assert!(stop.silent(false, FIRMWARE_STOPS_BELOW_PRIOR_C - 1.0));
+        assert!(!stop.silent(false, FIRMWARE_STOPS_BELOW_PRIOR_C));
+        // Coasting down from the floor and from full speed is not the firmware's doing.
+        for (before, after) in [(30.0, 20.0), (20.0, 13.0), (100.0, 67.0), (67.0, 45.0), (45.0, 30.0)] {
+            stop.observe(true, 48.0, before, after, floor);
+            assert!(stop.silent(true, 48.0), "{before} -> {after}");
+        }
+        stop.observe(true, 52.0, 1.0, 0.0, floor);
+        assert_eq!(stop.stops_below_c(), FIRMWARE_STOPS_BELOW_PRIOR_C, "the firmware acted on 48 °C");
+        stop.observe(true, 52.0, 0.0, 0.0, floor);
+        assert_eq!(stop.stops_below_c(), 52.5, "stopped a period after reading 52 °C");
+        assert!(stop.silent(false, 52.0));
+        // The firmware spins it after 55 °C: rising from a stop, then holding at a running duty.
+        stop.observe(true, 55.0, 0.0, 0.0, floor);
+        stop.observe(true, 55.0, 0.0, 12.0, floor);
+        assert!(!stop.silent(true, 55.0));
+        assert_eq!(stop.stops_below_c(), 52.5, "spun after 55 °C, above where it was seen stopped");
+        stop.observe(true, 51.0, 35.0, 35.0, floor);
+        assert!(!stop.silent(true, 51.0), "holding at a running duty");
+        assert_eq!(stop.stops_below_c(), 52.5);
+        stop.observe(true, 51.0, 40.0, 41.0, floor);
+        assert_eq!(stop.stops_below_c(), 51.0, "spun after 51 °C");
+        // Back at the daemon's floor, the next stop waits for a junction under 51 °C.
+        stop.observe(false, 51.0, 41.0, 30.0, floor);
+        assert!(!stop.silent(false, 51.0));
+        assert!(stop.silent(false, 50.0));
+    }
+
+    /// A zero-rpm fan sent less than its floor runs its firmware's command, stopped where that
+    /// stops it; a running command, or any command to a fan that never stops, is the daemon's.
+    #[test]
+    fn a_stop_reaches_a_zero_rpm_fan_through_its_firmware() {
+        assert_eq!(through_firmware(0.0, 45.0, 30.0, true), 45.0);
+        assert_eq!(through_firmware(20.0, 0.0, 30.0, true), 0.0);
+        assert_eq!(through_firmware(30.0, 45.0, 30.0, true), 30.0);
+        assert_eq!(through_firmware(0.0, 45.0, 30.0, false), 0.0);
     }
 }

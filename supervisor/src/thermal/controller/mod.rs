@@ -90,11 +90,17 @@ pub struct DecisionDetail {
     /// The junction's largest recent rise over the plans' power within the time the fan takes to
     /// answer, which caps the room kept for a surprise; none until a minute of it was seen.
     pub surprise_seen_c: Option<f64>,
+    /// For a zero-rpm fan, the reading under which its firmware is taken to keep it stopped when
+    /// handed back (the only way it stops).
+    pub firmware_stops_below_c: Option<f64>,
+    /// A zero-rpm fan's firmware would spin it were it stopped now: it plans as a fan that never
+    /// stops.
+    pub firmware_would_spin: bool,
 }
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c,firmware_stops_below_c,firmware_would_spin";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -119,7 +125,11 @@ impl DecisionDetail {
             } else {
                 String::new()
             };
-            let lowest = if self.at_floor { " (the fan's lowest)" } else { "" };
+            let lowest = match (self.at_floor, self.firmware_would_spin) {
+                (true, true) => " (the fan's lowest: stopped, its firmware would spin it faster)",
+                (true, false) => " (the fan's lowest)",
+                _ => "",
+            };
             return format!(
                 "{command_pct:.0} %{lowest} keeps the predicted junction under {:.1} °C{stream}",
                 self.budget_c
@@ -135,7 +145,7 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{},{},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
@@ -148,7 +158,9 @@ impl DecisionDetail {
             u8::from(self.held),
             u8::from(self.at_floor),
             self.fan_lag_s,
-            self.surprise_seen_c.map_or(String::new(), |c| format!("{c:.2}"))
+            self.surprise_seen_c.map_or(String::new(), |c| format!("{c:.2}")),
+            self.firmware_stops_below_c.map_or(String::new(), |c| format!("{c:.1}")),
+            u8::from(self.firmware_would_spin)
         )
     }
 }
@@ -222,6 +234,12 @@ mod tests {
         );
         let floor = DecisionDetail { required_pct: 12.0, at_floor: true, ..d };
         assert_eq!(floor.reason(20.0), "20 % (the fan's lowest) keeps the predicted junction under 87.0 °C");
+        let spun = DecisionDetail { required_pct: 0.0, at_floor: true, firmware_would_spin: true, ..d };
+        assert_eq!(
+            spun.reason(30.0),
+            "30 % (the fan's lowest: stopped, its firmware would spin it faster) keeps the predicted \
+             junction under 87.0 °C"
+        );
         let held = DecisionDetail { held: true, ..d };
         assert_eq!(
             held.reason(100.0),

@@ -1,7 +1,11 @@
 //! The bench-only reference: knows the plant and the future power exactly and each second takes
 //! the lowest duty such that holding it for a few seconds and then running at full duty keeps the
-//! true junction temperature under the limit over the horizon. It never runs on a device.
+//! true junction temperature under the limit over the horizon. Its commands reach the fan as
+//! every controller's do: a zero-rpm fan stops only where its firmware's curve stops it. It never
+//! runs on a device.
 
+use super::interpolate;
+use crate::thermal::fan::through_firmware;
 use crate::thermal::plant::{PlantSpec, PlantState, PLANT_DT_S};
 
 /// How long a candidate duty is held before the escape to full duty.
@@ -25,11 +29,12 @@ impl Oracle {
 
     /// The duty to command now, with the plant in `state` at plant step `step`.
     pub fn decide(&self, state: &PlantState, step: usize) -> f64 {
-        let lowest = self.spec.effective_duty(0.0);
-        if self.holds(state, step, lowest) {
-            return lowest;
+        // A zero-rpm fan stops only through its firmware, and only where the firmware's curve
+        // stops it; where that curve spins it, the floor is quieter.
+        if self.spec.fan.zero_rpm && self.sent(0.0, state) == 0.0 && self.holds(state, step, 0.0) {
+            return 0.0;
         }
-        let (mut lo, mut hi) = (self.spec.fan.min_duty_pct.max(lowest), 100.0);
+        let (mut lo, mut hi) = (self.spec.fan.min_duty_pct, 100.0);
         if self.holds(state, step, lo) {
             return lo;
         }
@@ -47,6 +52,14 @@ impl Oracle {
         hi
     }
 
+    /// What the fan runs at in `state` for a command of `duty`: below a zero-rpm fan's floor, its
+    /// firmware's curve (without the bench firmware's hysteresis, on the true junction).
+    fn sent(&self, duty: f64, state: &PlantState) -> f64 {
+        let firmware_pct = interpolate(&self.spec.stock.curve, state.junction_c);
+        let (floor, zero_rpm) = (self.spec.fan.min_duty_pct, self.spec.fan.zero_rpm);
+        self.spec.effective_duty(through_firmware(duty, firmware_pct, floor, zero_rpm))
+    }
+
     fn holds(&self, state: &PlantState, step: usize, duty: f64) -> bool {
         let hold_steps = (HOLD_S / PLANT_DT_S) as usize;
         let horizon_steps = (HORIZON_S / PLANT_DT_S) as usize;
@@ -54,7 +67,7 @@ impl Oracle {
         let mut s = *state;
         for k in 0..horizon_steps {
             let p = self.power.get(step + k).copied().unwrap_or(idle);
-            let d = if k < hold_steps { duty } else { 100.0 };
+            let d = if k < hold_steps { self.sent(duty, &s) } else { 100.0 };
             s.step(&self.spec, p, d);
             if s.junction_c > self.limit_c {
                 return false;

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::{interpolate, Controller, DecisionDetail, DeviceLimits, Observation};
-use crate::thermal::fan::FanResponse;
+use crate::thermal::fan::{FanResponse, FirmwareStop};
 use crate::thermal::forecast::PowerForecast;
 use crate::thermal::model::{ModelParams, ThermalModel, JUNCTION_TAU_S};
 
@@ -92,6 +92,8 @@ pub struct Predictive {
     /// The fan's learned lag, and the duty it reported last.
     fan: FanResponse,
     fan_now_pct: f64,
+    /// Where a stop, a hand-back to the fan's firmware, leaves a zero-rpm fan stopped.
+    firmware_stop: FirmwareStop,
     prediction_30s_c: Option<f64>,
     predicted_peak_c: Option<f64>,
     /// Filtered junction estimate.
@@ -185,6 +187,7 @@ impl Predictive {
             recent_stop_safe: VecDeque::with_capacity(DOWN_DWELL),
             fan,
             fan_now_pct: 0.0,
+            firmware_stop: FirmwareStop::default(),
             prediction_30s_c: None,
             predicted_peak_c: None,
             junction_est_c: None,
@@ -448,9 +451,24 @@ impl Controller for Predictive {
         if let Some(load) = &obs.load {
             self.forecast.observe(load, obs.power_w, self.dt_s);
         }
-        if let Some(sent) = self.sent {
+        // A stop hands a zero-rpm fan back to its firmware: what the fan does then shows where
+        // the firmware stops it, and nothing of its lag.
+        let fan_floor = self.limits.min_duty_pct;
+        let handed_back = self.limits.zero_rpm && self.sent.is_some_and(|sent| sent < fan_floor);
+        self.firmware_stop.observe(
+            handed_back,
+            obs.junction_c,
+            self.fan_now_pct,
+            obs.fan_duty_pct,
+            fan_floor,
+        );
+        if let Some(sent) = self.sent.filter(|_| !handed_back) {
             self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
         }
+        // Where a stop would not leave it stopped, a zero-rpm fan runs at its floor at least: its
+        // plans may still find a stop holds, which the floor holds better.
+        let firmware_would_spin =
+            self.limits.zero_rpm && !self.firmware_stop.silent(handed_back, obs.junction_c);
         self.fan_now_pct = obs.fan_duty_pct;
         self.learn_bias(obs);
         // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
@@ -477,10 +495,11 @@ impl Controller for Predictive {
         let known = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
         let reserve = self.surprise_reserve(&known, obs.load.is_some());
         // The requests still to come keep a stopped fan from putting its restart off period after
-        // period while the heatsink warms. A fan that never stops answers them within its lag
-        // from where it runs, so its plans see the queue alone (the surprise reserve stays).
-        let power =
-            if self.limits.zero_rpm { self.forecast.with_stream(&known, self.dt_s) } else { known.clone() };
+        // period while the heatsink warms. A fan that never stops, or a zero-rpm fan while its
+        // firmware would not let it stop, answers them within its lag from where it runs, so its
+        // plans see the queue alone (the surprise reserve stays).
+        let may_stop = self.limits.zero_rpm && !firmware_would_spin;
+        let power = if may_stop { self.forecast.with_stream(&known, self.dt_s) } else { known.clone() };
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
@@ -503,12 +522,20 @@ impl Controller for Predictive {
             duty = split;
             self.down_wait = DOWN_DWELL;
         }
-        let duty = duty.max(floor);
+        let mut duty = duty.max(floor);
+        if firmware_would_spin && duty < self.limits.min_duty_pct {
+            duty = self.limits.min_duty_pct;
+        }
         self.duty = Some(duty);
         self.sent = Some(duty);
         let drained = self.forecast.work_steps(&known);
-        // What the plans alone would command: a stop, or the required duty on the command grid.
-        let plans_alone = if required < self.limits.min_duty_pct { required } else { grid(required) };
+        // What the plans alone would command: a stop (the floor where the firmware would spin the
+        // fan), or the required duty on the command grid.
+        let plans_alone = match required < self.limits.min_duty_pct {
+            true if firmware_would_spin => self.limits.min_duty_pct,
+            true => required,
+            false => grid(required),
+        };
         self.detail = Some(DecisionDetail {
             junction_est_c: junction_c,
             budget_c,
@@ -523,6 +550,8 @@ impl Controller for Predictive {
             at_floor: self.limits.min_duty_pct > 0.0 && (duty - self.limits.min_duty_pct).abs() < 0.5,
             fan_lag_s: self.fan.lag_s(),
             surprise_seen_c: self.forecast.missed_rise().trusted_c(),
+            firmware_stops_below_c: self.limits.zero_rpm.then(|| self.firmware_stop.stops_below_c()),
+            firmware_would_spin,
         });
 
         let (at_30, mut peak) = ((30.0 / self.dt_s).round() as usize, f64::MIN);
