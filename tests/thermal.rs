@@ -745,6 +745,53 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
     assert_eq!(lines.lines().collect::<Vec<_>>(), ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
 }
 
+/// NVML stops a fan only through the driver's auto, whose curve may spin it (the fake's
+/// `auto_fan_speed_pct`). The loop stops an NVIDIA fan by handing it back where the driver keeps it
+/// stopped, and runs it at its floor instead where the driver spins it: seen at once above the
+/// 50 °C the controller starts from, and learned from the fan's speed under it.
+#[test]
+fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_stopped() {
+    let control = |temperature_c: u32, auto_pct: u32| -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let (lib, config) = fake_nvml(dir.path(), temperature_c);
+        let text = std::fs::read_to_string(&config).unwrap();
+        let auto = format!(r#""num_fans": 2, "auto_fan_speed_pct": {auto_pct}"#);
+        std::fs::write(&config, text.replace(r#""num_fans": 2"#, &auto)).unwrap();
+        let log = dir.path().join("fan.log");
+        let state = dir.path().join("state");
+        let out = on_fake_nvml(&config, &log)
+            .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
+            .arg(&lib)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--seconds", "1", "--period-ms", "50"])
+            .output()
+            .unwrap();
+        ok(out);
+        std::fs::read_to_string(&log).unwrap().lines().map(String::from).collect()
+    };
+    let handed_back = |l: &String| l.starts_with("set_default_fan_speed 0 ");
+    let driven = |l: &String| l.starts_with("set_fan_speed 0 ");
+
+    // Cool, and the driver keeps the fan stopped: handed back, never driven.
+    let cool = control(45, 0);
+    assert!(cool.iter().filter(|l| handed_back(l)).count() >= 4, "{cool:?}");
+    assert!(!cool.iter().any(driven), "{cool:?}");
+
+    // Warm: the driver would spin the fan, so the loop runs it at its 30 % floor until it exits.
+    let warm = control(60, 45);
+    let first = warm.iter().position(driven).unwrap_or_else(|| panic!("never driven: {warm:?}"));
+    assert!(warm[first..].iter().all(|l| driven(l) && l.ends_with(" 30") || handed_back(l)), "{warm:?}");
+    assert!(warm[first..warm.len() - 2].iter().all(driven), "handed back while warm: {warm:?}");
+
+    // Under 50 °C, but this driver spins its fans at 48 °C: one stop shows it, then the floor.
+    let spun = control(48, 40);
+    let first = spun.iter().position(driven).unwrap_or_else(|| panic!("never driven: {spun:?}"));
+    assert!(spun[..first].iter().filter(|l| handed_back(l)).count() >= 4, "stopped first: {spun:?}");
+    assert!(spun[first..spun.len() - 2].iter().all(driven), "stopped again at 48 °C: {spun:?}");
+    assert_eq!(spun[spun.len() - 2..], ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
+}
+
 /// A `thermal control` run that left `device`'s fan to its firmware, naming why (every part of
 /// `why`), and never took it over: no failed actuator, no failed hand-back.
 fn assert_left_to_firmware(out: &Output, device: &str, why: &[&str]) {

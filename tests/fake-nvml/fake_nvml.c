@@ -13,6 +13,11 @@
  * one with "no_permission": 1 answers fan writes with NVML_ERROR_NO_PERMISSION (a process that
  * is not root, as NVML answers every device command then).
  *
+ * A device with "auto_fan_speed_pct": N runs its fans at N % once handed back to the driver's auto
+ * (SetDefaultFanSpeed_v2), as the driver's curve would at the device's temperature: 0 for a
+ * zero-rpm card under its stop temperature. Without it a hand-back leaves the reported speed as
+ * it was.
+ *
  * Fan writes (SetFanSpeed_v2, SetDefaultFanSpeed_v2) are appended to $FAKE_NVML_LOG, one line
  * each, so tests can check what the supervisor commanded. Only the calls the supervisor makes
  * are implemented; the loader resolves symbols lazily, so missing ones fail only when called.
@@ -42,6 +47,8 @@ struct fake_device {
     unsigned fan_speed[MAX_FANS];
     int fan_manual[MAX_FANS];
     int lost, no_permission;
+    /* What the driver's auto runs the fans at, or -1 for "as they were". */
+    int auto_fan_speed;
     unsigned index;
 };
 
@@ -140,6 +147,7 @@ static nvmlReturn_t load_config(void) {
         d->num_fans = (unsigned)get_int(p, close, "num_fans", 0);
         d->lost = (int)get_int(p, close, "lost", 0);
         d->no_permission = (int)get_int(p, close, "no_permission", 0);
+        d->auto_fan_speed = (int)get_int(p, close, "auto_fan_speed_pct", -1);
         if (d->num_fans > MAX_FANS) d->num_fans = MAX_FANS;
         d->fan_min = (unsigned)get_int(p, close, "fan_min_pct", 30);
         d->fan_max = (unsigned)get_int(p, close, "fan_max_pct", 100);
@@ -290,6 +298,7 @@ nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t d, unsigned int fan) {
     if (d->no_permission) return NVML_ERROR_NO_PERMISSION;
     if (fan >= d->num_fans) return NVML_ERROR_INVALID_ARGUMENT;
     d->fan_manual[fan] = 0;
+    if (d->auto_fan_speed >= 0) d->fan_speed[fan] = (unsigned)d->auto_fan_speed;
     log_line("set_default_fan_speed %u %u%.0u\n", d->index, fan, 0);
     return NVML_SUCCESS;
 }
