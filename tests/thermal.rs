@@ -659,6 +659,27 @@ fn fake_nvml(dir: &Path, temperature_c: u32) -> (PathBuf, PathBuf) {
     (lib, config)
 }
 
+/// The fake NVML of [`fake_nvml`] with `extra` keys on its GPU (`"key": value, ...`).
+fn fake_nvml_with(dir: &Path, temperature_c: u32, extra: &str) -> (PathBuf, PathBuf) {
+    let (lib, config) = fake_nvml(dir, temperature_c);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace(r#""num_fans": 2"#, &format!(r#""num_fans": 2, {extra}"#))).unwrap();
+    (lib, config)
+}
+
+/// `thermal control` of the fake NVML's GPU for `seconds` at 50 ms a period, its state in
+/// `dir/state` and its fan writes logged to `dir/fan.log`.
+fn control_on_fake_nvml(dir: &Path, lib: &Path, config: &Path, seconds: &str) -> Output {
+    on_fake_nvml(config, &dir.join("fan.log"))
+        .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
+        .arg(lib)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--seconds", seconds, "--period-ms", "50"])
+        .output()
+        .unwrap()
+}
+
 /// `thermal sensors` reads what the fan loop reads (hwmon, NVML), with the limit the device
 /// publishes, and writes nothing: the tree's fan files and the fake NVML's log stay untouched.
 #[test]
@@ -753,22 +774,11 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
 fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_stopped() {
     let control = |temperature_c: u32, auto_pct: u32| -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
-        let (lib, config) = fake_nvml(dir.path(), temperature_c);
-        let text = std::fs::read_to_string(&config).unwrap();
-        let auto = format!(r#""num_fans": 2, "auto_fan_speed_pct": {auto_pct}"#);
-        std::fs::write(&config, text.replace(r#""num_fans": 2"#, &auto)).unwrap();
-        let log = dir.path().join("fan.log");
-        let state = dir.path().join("state");
-        let out = on_fake_nvml(&config, &log)
-            .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
-            .arg(&lib)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["--seconds", "1", "--period-ms", "50"])
-            .output()
-            .unwrap();
-        ok(out);
-        std::fs::read_to_string(&log).unwrap().lines().map(String::from).collect()
+        let auto = format!(r#""auto_fan_speed_pct": {auto_pct}"#);
+        let (lib, config) = fake_nvml_with(dir.path(), temperature_c, &auto);
+        ok(control_on_fake_nvml(dir.path(), &lib, &config, "1"));
+        let log = std::fs::read_to_string(dir.path().join("fan.log")).unwrap();
+        log.lines().map(String::from).collect()
     };
     let handed_back = |l: &String| l.starts_with("set_default_fan_speed 0 ");
     let driven = |l: &String| l.starts_with("set_fan_speed 0 ");
@@ -810,22 +820,11 @@ fn assert_left_to_firmware(out: &Output, device: &str, why: &[&str]) {
 #[test]
 fn nvml_that_refuses_fan_commands_leaves_the_fans_to_the_driver_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let (lib, config) = fake_nvml(dir.path(), 80);
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace(r#""num_fans": 2"#, r#""num_fans": 2, "no_permission": 1"#))
-        .unwrap();
-    let log = dir.path().join("fan.log");
-    let state = dir.path().join("state");
-    let out = on_fake_nvml(&config, &log)
-        .args(["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
-        .arg(&lib)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--seconds", "0.3", "--period-ms", "50"])
-        .output()
-        .unwrap();
+    let (lib, config) = fake_nvml_with(dir.path(), 80, r#""no_permission": 1"#);
+    let out = control_on_fake_nvml(dir.path(), &lib, &config, "0.3");
     assert_left_to_firmware(&out, "0000:01:00.0", &["NVML: fan commands refused (fan 0: ", "only from root"]);
-    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "", "no fan command went through");
+    let log = std::fs::read_to_string(dir.path().join("fan.log")).unwrap_or_default();
+    assert_eq!(log, "", "no fan command went through");
 }
 
 /// A container sees sysfs read-only by default. The loop then leaves the fan to its firmware and
