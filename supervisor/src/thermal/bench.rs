@@ -11,7 +11,6 @@ use serde::Serialize;
 use super::controller::{
     Controller, DecisionDetail, DeviceLimits, Observation, Oracle, Predictive, Stock, Target,
 };
-use super::fan::through_firmware;
 use super::forecast::PowerForecast;
 use super::learned::LearnedFiles;
 use super::model::ModelParams;
@@ -384,9 +383,7 @@ fn simulate(
                     detail,
                 });
             }
-            let firmware_pct = firmware.decide(&obs);
-            let (floor, zero_rpm) = (spec.fan.min_duty_pct, spec.fan.zero_rpm);
-            let effective = spec.effective_duty(through_firmware(next, firmware_pct, floor, zero_rpm));
+            let effective = spec.duty_through_firmware(next, firmware.decide(&obs));
             if step > 0 && (effective - command).abs() > CHANGE_EPSILON_PCT {
                 metrics.changes += 1;
             }

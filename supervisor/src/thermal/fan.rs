@@ -28,19 +28,6 @@ pub fn running_duty(command_pct: f64, min_duty_pct: f64, zero_rpm: bool) -> f64 
     }
 }
 
-/// The command that reaches a fan when the daemon sends `command_pct`, where the fan's firmware
-/// would command `firmware_pct`: no actuator the daemon has stops a zero-rpm fan on command (NVML
-/// reaches 0 % only through the driver's auto, an RDNA3/4 card stops only under its firmware's
-/// zero-rpm temperature), so a command under its floor hands the fan back to the firmware. The
-/// bench sends every controller's commands through this.
-pub fn through_firmware(command_pct: f64, firmware_pct: f64, min_duty_pct: f64, zero_rpm: bool) -> f64 {
-    if zero_rpm && command_pct < min_duty_pct {
-        firmware_pct
-    } else {
-        command_pct
-    }
-}
-
 /// A fan's learned response to its command.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FanResponse {
@@ -282,15 +269,5 @@ mod tests {
         stop.observe(false, 51.0, 41.0, 30.0, floor);
         assert!(!stop.silent(false, 51.0));
         assert!(stop.silent(false, 50.0));
-    }
-
-    /// A zero-rpm fan sent less than its floor runs its firmware's command, stopped where that
-    /// stops it; a running command, or any command to a fan that never stops, is the daemon's.
-    #[test]
-    fn a_stop_reaches_a_zero_rpm_fan_through_its_firmware() {
-        assert_eq!(through_firmware(0.0, 45.0, 30.0, true), 45.0);
-        assert_eq!(through_firmware(20.0, 0.0, 30.0, true), 0.0);
-        assert_eq!(through_firmware(30.0, 45.0, 30.0, true), 30.0);
-        assert_eq!(through_firmware(0.0, 45.0, 30.0, false), 0.0);
     }
 }

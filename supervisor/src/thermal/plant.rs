@@ -150,6 +150,16 @@ impl PlantSpec {
         super::fan::running_duty(command_pct, self.fan.min_duty_pct, self.fan.zero_rpm)
     }
 
+    /// The duty the fan runs at when a daemon sends `command_pct` and the fan's firmware would
+    /// command `firmware_pct`. No actuator the daemon has stops a zero-rpm fan on command (NVML
+    /// reaches 0 % only through the driver's auto, an RDNA3/4 card stops only under its
+    /// firmware's zero-rpm temperature), so a command under its floor hands the fan back to the
+    /// firmware. The bench sends every controller's commands through this.
+    pub fn duty_through_firmware(&self, command_pct: f64, firmware_pct: f64) -> f64 {
+        let handed_back = self.fan.zero_rpm && command_pct < self.fan.min_duty_pct;
+        self.effective_duty(if handed_back { firmware_pct } else { command_pct })
+    }
+
     fn sink_to_air_k_per_w(&self, duty_pct: f64) -> f64 {
         let stopped = self.thermal.sink_to_air_stopped_k_per_w;
         if duty_pct <= 0.5 {
@@ -232,5 +242,20 @@ mod tests {
         spec.fan.zero_rpm = false;
         assert_eq!(spec.effective_duty(1.0), spec.fan.min_duty_pct);
         assert_eq!(spec.effective_duty(150.0), 100.0);
+    }
+
+    /// A zero-rpm fan sent less than its floor runs its firmware's command, stopped where that
+    /// stops it; a running command, or any command to a fan that never stops, is the daemon's.
+    #[test]
+    fn a_stop_reaches_a_zero_rpm_fan_through_its_firmware() {
+        let mut spec = sample();
+        spec.fan.zero_rpm = true;
+        let floor = spec.fan.min_duty_pct;
+        assert_eq!(spec.duty_through_firmware(0.0, 45.0), 45.0);
+        assert_eq!(spec.duty_through_firmware(floor - 1.0, 0.0), 0.0);
+        assert_eq!(spec.duty_through_firmware(floor - 1.0, floor - 2.0), 0.0, "the firmware's own stop");
+        assert_eq!(spec.duty_through_firmware(60.0, 45.0), 60.0);
+        spec.fan.zero_rpm = false;
+        assert_eq!(spec.duty_through_firmware(0.0, 45.0), floor);
     }
 }

@@ -5,7 +5,6 @@
 //! runs on a device.
 
 use super::interpolate;
-use crate::thermal::fan::through_firmware;
 use crate::thermal::plant::{PlantSpec, PlantState, PLANT_DT_S};
 
 /// How long a candidate duty is held before the escape to full duty.
@@ -55,9 +54,7 @@ impl Oracle {
     /// What the fan runs at in `state` for a command of `duty`: below a zero-rpm fan's floor, its
     /// firmware's curve (without the bench firmware's hysteresis, on the true junction).
     fn sent(&self, duty: f64, state: &PlantState) -> f64 {
-        let firmware_pct = interpolate(&self.spec.stock.curve, state.junction_c);
-        let (floor, zero_rpm) = (self.spec.fan.min_duty_pct, self.spec.fan.zero_rpm);
-        self.spec.effective_duty(through_firmware(duty, firmware_pct, floor, zero_rpm))
+        self.spec.duty_through_firmware(duty, interpolate(&self.spec.stock.curve, state.junction_c))
     }
 
     fn holds(&self, state: &PlantState, step: usize, duty: f64) -> bool {
