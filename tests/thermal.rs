@@ -802,6 +802,75 @@ fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_st
     assert_eq!(spun[spun.len() - 2..], ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
 }
 
+/// An RDNA3/4 card stops its fan only through its firmware's zero-rpm: the loop resets the curve
+/// (`r`) for a stop where the card says zero-rpm is on (`fan_zero_rpm_enable`, as an RX 9070 XT
+/// prints it, added to the R9700 tree), and learns where the firmware keeps the fan stopped from
+/// the fan's speed (`pwm1`) under it, as for NVML. A card that does not say keeps its floor.
+#[test]
+fn an_rdna_fan_is_stopped_through_its_firmware_only_where_its_zero_rpm_keeps_it_stopped() {
+    // Each state the fan curve file passes through during a 1 s run, in order: "r" for a reset,
+    // "c" for a committed curve (the points written before it are left out).
+    let control = |zero_rpm: Option<&str>, junction_c: u32, firmware_pwm: u32| -> Vec<String> {
+        let (_dir, root) = fixture("r9700-rdna4");
+        let state = tempfile::tempdir().unwrap();
+        let dev = root.join(DEV);
+        if let Some(enable) = zero_rpm {
+            let text = format!("FAN_ZERO_RPM_ENABLE:\n{enable}\nOD_RANGE:\nZERO_RPM_ENABLE: 0 1\n");
+            std::fs::write(dev.join("gpu_od/fan_ctrl/fan_zero_rpm_enable"), text).unwrap();
+        }
+        let hwmon = dev.join("hwmon/hwmon3");
+        std::fs::write(hwmon.join("temp2_input"), format!("{}\n", junction_c * 1000)).unwrap();
+        std::fs::write(hwmon.join("pwm1"), format!("{firmware_pwm}\n")).unwrap();
+        std::fs::write(hwmon.join("fan1_input"), format!("{}\n", firmware_pwm * 12)).unwrap();
+        let curve = dev.join("gpu_od/fan_ctrl/fan_curve");
+        let mut child =
+            control_rdna4(&root, state.path(), "1").stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let exited = child.try_wait().unwrap().is_some();
+            let now = std::fs::read_to_string(&curve).unwrap_or_default().trim().to_string();
+            if (now == "r" || now == "c") && seen.last() != Some(&now) {
+                seen.push(now);
+            }
+            if exited {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(child.wait_with_output().unwrap().status.success());
+        seen
+    };
+
+    // Zero-rpm on, cool, and the firmware keeps the fan stopped: reset, never a curve.
+    assert_eq!(control(Some("1"), 45, 0), ["r"]);
+    // Warm: the firmware would spin the fan, so the loop holds its 15 % floor until it exits.
+    assert_eq!(control(Some("1"), 60, 115), ["c", "r"]);
+    // Under 50 °C, but this firmware spins its fan at 48 °C: one stop shows it, then the floor.
+    assert_eq!(control(Some("1"), 48, 102), ["r", "c", "r"]);
+    // Zero-rpm off, or a card that does not say: the floor, cool as it is.
+    assert_eq!(control(Some("0"), 45, 0), ["c", "r"]);
+    assert_eq!(control(None, 45, 0), ["c", "r"]);
+
+    // A zero-rpm file that says neither: the fan stays with its firmware, the file named.
+    let (_dir, root) = fixture("r9700-rdna4");
+    let state = tempfile::tempdir().unwrap();
+    let garbled = root.join(DEV).join("gpu_od/fan_ctrl/fan_zero_rpm_enable");
+    std::fs::write(&garbled, "FAN_ZERO_RPM_ENABLE:\nyes\n").unwrap();
+    let out = control_rdna4(&root, state.path(), "0.3").output().unwrap();
+    assert_left_to_firmware(&out, "0000:03:00.0", &["fan_zero_rpm_enable: unexpected contents"]);
+}
+
+/// `thermal control` of the R9700 tree's card for `seconds`, at 50 ms periods.
+fn control_rdna4(root: &Path, state: &Path, seconds: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lucebox"));
+    command
+        .args(["thermal", "control", "--root", root.to_str().unwrap()])
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(["--device-id", "0000:03:00.0", "--arch", "gfx1201", "--sysfs", DEV])
+        .args(["--hwmon", &format!("{DEV}/hwmon/hwmon3"), "--period-ms", "50", "--seconds", seconds]);
+    command
+}
+
 /// A `thermal control` run that left `device`'s fan to its firmware, naming why (every part of
 /// `why`), and never took it over: no failed actuator, no failed hand-back.
 fn assert_left_to_firmware(out: &Output, device: &str, why: &[&str]) {

@@ -145,7 +145,7 @@ pub fn for_device(
             let mut refused = None;
             if let Some(sysfs) = &device.telemetry.sysfs_path {
                 let curve = root.path(sysfs).join("gpu_od/fan_ctrl/fan_curve");
-                match OdFanCurve::open(curve.clone()) {
+                match OdFanCurve::open(curve.clone()).and_then(OdFanCurve::with_firmware_zero_rpm) {
                     Ok(a) => return Ok(Box::new(a)),
                     Err(e) if curve.exists() => refused = Some(e),
                     Err(_) => {}

@@ -7,6 +7,12 @@
 //! every plan above that, which the bench did not see); should the process die, the firmware keeps
 //! that floor: full speed at the control limit, which sits 15 °C under the card's critical
 //! temperature (`sensors.rs`).
+//!
+//! The curve takes no speed under the card's lowest. A card whose firmware has zero-rpm on
+//! (`fan_zero_rpm_enable` beside the curve reads 1; Linux 6.13 and later) stops its fan through
+//! its own automatic control, as NVML's auto does: a command under the floor resets the curve,
+//! and the firmware keeps the fan stopped or spins it by its own curve. A card that does not say
+//! (an older kernel, or no such file on the card) keeps its fan at the floor instead of a stop.
 
 use std::path::PathBuf;
 
@@ -18,6 +24,7 @@ pub struct OdFanCurve {
     points: usize,
     temp_range: (f64, f64),
     speed_range: (f64, f64),
+    firmware_zero_rpm: bool,
 }
 
 impl OdFanCurve {
@@ -47,7 +54,15 @@ impl OdFanCurve {
         };
         let temp_range = range("FAN_CURVE(hotspot temp)", 'C')?;
         let speed_range = range("FAN_CURVE(fan speed)", '%')?;
-        Ok(Self { file, points, temp_range, speed_range })
+        Ok(Self { file, points, temp_range, speed_range, firmware_zero_rpm: false })
+    }
+
+    /// The same fan, stopped through the firmware where its zero-rpm is on. Apart from `open`
+    /// so that a bad `fan_zero_rpm_enable` costs the loop its control, with the file named, but
+    /// never the reset its full speed.
+    pub fn with_firmware_zero_rpm(mut self) -> Result<Self, ActuatorError> {
+        self.firmware_zero_rpm = read_zero_rpm_enable(&self.file.with_file_name(ZERO_RPM_ENABLE_FILE))?;
+        Ok(self)
     }
 
     /// The points to write for `duty` under `limit_c`: flat at the duty from the lowest
@@ -79,16 +94,39 @@ impl OdFanCurve {
     }
 }
 
+const ZERO_RPM_ENABLE_FILE: &str = "fan_zero_rpm_enable";
+
+/// Whether the firmware's zero-rpm is on, from `fan_zero_rpm_enable` as the kernel prints it
+/// (`FAN_ZERO_RPM_ENABLE:`, then 0 or 1, then its `OD_RANGE:`); false where the file is missing.
+fn read_zero_rpm_enable(path: &std::path::Path) -> Result<bool, ActuatorError> {
+    let text = match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        read => read.map_err(|source| ActuatorError::Io { path: path.to_path_buf(), source })?,
+    };
+    let mut lines = text.lines().map(str::trim).skip_while(|l| *l != "FAN_ZERO_RPM_ENABLE:");
+    match lines.nth(1) {
+        Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        _ => Err(ActuatorError::Format {
+            path: path.to_path_buf(),
+            why: "no FAN_ZERO_RPM_ENABLE: followed by 0 or 1".to_string(),
+        }),
+    }
+}
+
 impl FanActuator for OdFanCurve {
     fn kind(&self) -> &'static str {
         "od-fan-curve"
     }
 
     fn range(&self) -> FanRange {
-        FanRange { min_duty_pct: self.speed_range.0, zero_rpm: false }
+        FanRange { min_duty_pct: self.speed_range.0, zero_rpm: self.firmware_zero_rpm }
     }
 
     fn set_duty(&mut self, duty_pct: f64, limit_c: f64) -> Result<(), ActuatorError> {
+        if self.firmware_zero_rpm && duty_pct < self.speed_range.0 {
+            return self.restore_auto();
+        }
         let points = self.curve_for(duty_pct, limit_c);
         self.commit(&points)
     }
@@ -162,6 +200,44 @@ mod tests {
         }
         // Never below the card's lowest speed, even when asked.
         assert_eq!(c.curve_for(0.0, limit)[0].1, 15);
+    }
+
+    /// The fixture's curve in a folder of its own, with `fan_zero_rpm_enable` as given (none
+    /// for `None`).
+    fn curve_beside(zero_rpm_enable: Option<&str>) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fan_curve");
+        std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE), &file).unwrap();
+        if let Some(text) = zero_rpm_enable {
+            std::fs::write(dir.path().join(ZERO_RPM_ENABLE_FILE), text).unwrap();
+        }
+        (dir, file)
+    }
+
+    #[test]
+    fn the_firmware_stops_the_fan_only_where_the_card_says_its_zero_rpm_is_on() {
+        let on = "FAN_ZERO_RPM_ENABLE:\n1\nOD_RANGE:\nZERO_RPM_ENABLE: 0 1\n";
+        let off = "FAN_ZERO_RPM_ENABLE:\n0\nOD_RANGE:\nZERO_RPM_ENABLE: 0 1\n";
+        for (file, zero_rpm) in [(Some(on), true), (Some(off), false), (None, false)] {
+            let (_dir, path) = curve_beside(file);
+            let mut fan = OdFanCurve::open(path.clone()).unwrap().with_firmware_zero_rpm().unwrap();
+            assert_eq!(fan.range(), FanRange { min_duty_pct: 15.0, zero_rpm }, "{file:?}");
+            fan.set_duty(0.0, 95.0).unwrap();
+            // Zero-rpm on: the curve is reset, and the firmware's own control stops the fan.
+            // Otherwise a curve at the card's lowest speed is committed.
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), if zero_rpm { "r\n" } else { "c\n" });
+            fan.set_duty(15.0, 95.0).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), "c\n", "{file:?}: the floor is a curve");
+        }
+        // The reset opens the curve alone: a bad zero-rpm file never costs it full speed.
+        let (_dir, path) = curve_beside(Some("FAN_ZERO_RPM_ENABLE:\nyes\n"));
+        assert!(OdFanCurve::open(path.clone()).is_ok());
+        match OdFanCurve::open(path).unwrap().with_firmware_zero_rpm() {
+            Err(ActuatorError::Format { path, .. }) => {
+                assert!(path.ends_with(ZERO_RPM_ENABLE_FILE), "{path:?}")
+            }
+            other => panic!("{:?}", other.map(|f| f.range())),
+        }
     }
 
     #[test]
