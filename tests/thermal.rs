@@ -769,16 +769,20 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
 /// NVML stops a fan only through the driver's auto, whose curve may spin it (the fake's
 /// `auto_fan_speed_pct`). The loop stops an NVIDIA fan by handing it back where the driver keeps it
 /// stopped, and runs it at its floor instead where the driver spins it: seen at once above the
-/// 50 °C the controller starts from, and learned from the fan's speed under it.
+/// 50 °C the controller starts from, and learned from the fan's speed under it, kept with the
+/// model and resumed after a restart.
 #[test]
 fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_stopped() {
-    let control = |temperature_c: u32, auto_pct: u32| -> Vec<String> {
-        let dir = tempfile::tempdir().unwrap();
+    let control_in = |dir: &Path, temperature_c: u32, auto_pct: u32| -> Vec<String> {
         let auto = format!(r#""auto_fan_speed_pct": {auto_pct}"#);
-        let (lib, config) = fake_nvml_with(dir.path(), temperature_c, &auto);
-        ok(control_on_fake_nvml(dir.path(), &lib, &config, "1"));
-        let log = std::fs::read_to_string(dir.path().join("fan.log")).unwrap();
-        log.lines().map(String::from).collect()
+        let (lib, config) = fake_nvml_with(dir, temperature_c, &auto);
+        let log = dir.join("fan.log");
+        let _ = std::fs::remove_file(&log);
+        ok(control_on_fake_nvml(dir, &lib, &config, "1"));
+        std::fs::read_to_string(log).unwrap().lines().map(String::from).collect()
+    };
+    let control = |temperature_c: u32, auto_pct: u32| -> Vec<String> {
+        control_in(tempfile::tempdir().unwrap().path(), temperature_c, auto_pct)
     };
     let handed_back = |l: &String| l.starts_with("set_default_fan_speed 0 ");
     let driven = |l: &String| l.starts_with("set_fan_speed 0 ");
@@ -795,11 +799,20 @@ fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_st
     assert!(warm[first..warm.len() - 2].iter().all(driven), "handed back while warm: {warm:?}");
 
     // Under 50 °C, but this driver spins its fans at 48 °C: one stop shows it, then the floor.
-    let spun = control(48, 40);
+    let dir = tempfile::tempdir().unwrap();
+    let spun = control_in(dir.path(), 48, 40);
     let first = spun.iter().position(driven).unwrap_or_else(|| panic!("never driven: {spun:?}"));
     assert!(spun[..first].iter().filter(|l| handed_back(l)).count() >= 4, "stopped first: {spun:?}");
     assert!(spun[first..spun.len() - 2].iter().all(driven), "stopped again at 48 °C: {spun:?}");
     assert_eq!(spun[spun.len() - 2..], ["set_default_fan_speed 0 0", "set_default_fan_speed 0 1"]);
+
+    // Kept with the model, and resumed: after a restart the floor comes first, with no stop to
+    // show the driver's curve again (only the hand-back of both fans when NVML opens).
+    let model = dir.path().join("state/thermal/0000_01_00.0-nouid.json");
+    let saved: serde_json::Value = serde_json::from_str(&read(&model)).unwrap();
+    assert_eq!(saved["firmware_stops_below_c"].as_f64(), Some(48.0), "{saved}");
+    let resumed = control_in(dir.path(), 48, 40);
+    assert_eq!(resumed.iter().position(driven), Some(2), "{resumed:?}");
 }
 
 /// An RDNA3/4 card stops its fan only through its firmware's zero-rpm: the loop resets the curve

@@ -107,6 +107,10 @@ impl FanResponse {
 /// own: NVIDIA's and AMD's stock curves stop the fan under about 50 °C.
 pub const FIRMWARE_STOPS_BELOW_PRIOR_C: f64 = 50.0;
 
+/// Where a learned stop may lie: a reading the safety layer takes as a sensor's, and the half
+/// degree a stop is put over it.
+pub const FIRMWARE_STOPS_BELOW_RANGE_C: std::ops::RangeInclusive<f64> = -10.0..=130.5;
+
 /// Where a zero-rpm fan's stop is silent. No fan the daemon drives stops on command: NVML reaches
 /// 0 % only by handing the fan back to the driver's auto, and an RDNA3/4 card stops its fan only
 /// under its firmware's zero-rpm temperature. So a stop is a hand-back to the firmware, whose own
@@ -116,6 +120,9 @@ pub const FIRMWARE_STOPS_BELOW_PRIOR_C: f64 = 50.0;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FirmwareStop {
     stops_below_c: f64,
+    /// Whether `stops_below_c` is the fan's own (seen, or resumed from an earlier run), not the
+    /// prior: only that is kept for the next run.
+    shown: bool,
     /// Whether the fan, handed back over the last period, was seen driven by its firmware.
     spinning: bool,
     /// The reading a period ago: what the duty reported now answers.
@@ -124,11 +131,21 @@ pub struct FirmwareStop {
 
 impl Default for FirmwareStop {
     fn default() -> Self {
-        Self { stops_below_c: FIRMWARE_STOPS_BELOW_PRIOR_C, spinning: false, last_reading_c: None }
+        Self {
+            stops_below_c: FIRMWARE_STOPS_BELOW_PRIOR_C,
+            shown: false,
+            spinning: false,
+            last_reading_c: None,
+        }
     }
 }
 
 impl FirmwareStop {
+    /// Where an earlier run saw this fan's firmware keep it stopped.
+    pub fn resumed(stops_below_c: f64) -> Self {
+        Self { stops_below_c, shown: true, ..Self::default() }
+    }
+
     /// Learns from one period: whether the fan was handed back to its firmware over it, the
     /// junction read now, and the duty the fan reported before and after it, against its floor.
     /// A fan coasting down from the daemon's last command only falls; one its firmware drives
@@ -148,8 +165,10 @@ impl FirmwareStop {
             && (after_pct >= before_pct + 1.0 || (after_pct >= floor_pct && after_pct >= before_pct));
         if self.spinning {
             self.stops_below_c = self.stops_below_c.min(acted_on_c);
+            self.shown = true;
         } else if handed_back && after_pct < 0.5 {
             self.stops_below_c = self.stops_below_c.max(acted_on_c + 0.5);
+            self.shown = true;
         }
     }
 
@@ -163,6 +182,11 @@ impl FirmwareStop {
     /// The reading under which the firmware is taken to keep the fan stopped.
     pub fn stops_below_c(&self) -> f64 {
         self.stops_below_c
+    }
+
+    /// That reading where the fan has shown it, for the next run; none while it is the prior.
+    pub fn own_stops_below_c(&self) -> Option<f64> {
+        self.shown.then_some(self.stops_below_c)
     }
 }
 
@@ -269,5 +293,20 @@ mod tests {
         stop.observe(false, 51.0, 41.0, 30.0, floor);
         assert!(!stop.silent(false, 51.0));
         assert!(stop.silent(false, 50.0));
+    }
+
+    /// Only a stop the firmware has shown is kept for the next run, and a resumed one is used at
+    /// once: a firmware that spins its fan at 45 °C is not tried again at 48 °C after a restart.
+    #[test]
+    fn only_a_stop_the_firmware_has_shown_is_kept() {
+        let mut stop = FirmwareStop::default();
+        stop.observe(false, 45.0, 30.0, 30.0, 30.0);
+        assert_eq!(stop.own_stops_below_c(), None, "a fan the daemon drives shows nothing of its firmware");
+        // Handed back after the 45 °C reading, the firmware spun the fan up on it.
+        stop.observe(true, 46.0, 30.0, 35.0, 30.0);
+        assert_eq!(stop.own_stops_below_c(), Some(45.0));
+        let resumed = FirmwareStop::resumed(45.0);
+        assert!(!resumed.silent(false, 48.0) && resumed.silent(false, 44.0));
+        assert_eq!(resumed.own_stops_below_c(), Some(45.0));
     }
 }

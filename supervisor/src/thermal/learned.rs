@@ -199,5 +199,11 @@ mod tests {
         write(&files.model, &older).unwrap();
         let e = read(&files.model, ModelParams::check).unwrap_err().to_string();
         assert!(e.contains("version: format 2, this build reads 3"), "{e}");
+
+        let mut hot = params.clone();
+        hot.firmware_stops_below_c = Some(500.0);
+        write(&files.model, &hot).unwrap();
+        let e = read(&files.model, ModelParams::check).unwrap_err().to_string();
+        assert!(e.contains("firmware_stops_below_c: 500 is outside"), "{e}");
     }
 }

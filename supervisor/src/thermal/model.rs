@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::fan::{FASTEST_LAG_S, SLOWEST_LAG_S};
+use super::fan::{FASTEST_LAG_S, FIRMWARE_STOPS_BELOW_RANGE_C, SLOWEST_LAG_S};
 
 /// Generic junction time constant (GPU dies: ~2–4 s).
 pub const JUNCTION_TAU_S: f64 = 3.0;
@@ -71,6 +71,10 @@ pub struct ModelParams {
     /// files from before it was kept read as absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fan_lag_s: Option<f64>,
+    /// For a zero-rpm fan, the reading under which its firmware was seen to keep it stopped
+    /// (`fan::FirmwareStop`; absent until the firmware has shown it, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_stops_below_c: Option<f64>,
 }
 
 impl ModelParams {
@@ -131,6 +135,7 @@ impl ModelParams {
             sink_cov,
             updates: 0,
             fan_lag_s: None,
+            firmware_stops_below_c: None,
         }
     }
 
@@ -152,6 +157,10 @@ impl ModelParams {
         }
         if let Some(lag) = self.fan_lag_s.filter(|lag| !(FASTEST_LAG_S..=SLOWEST_LAG_S).contains(lag)) {
             return Err(("fan_lag_s", format!("{lag} is outside {FASTEST_LAG_S}..={SLOWEST_LAG_S}")));
+        }
+        let stop_range = FIRMWARE_STOPS_BELOW_RANGE_C;
+        if let Some(stop) = self.firmware_stops_below_c.filter(|c| !stop_range.contains(c)) {
+            return Err(("firmware_stops_below_c", format!("{stop} is outside {stop_range:?}")));
         }
         Ok(())
     }

@@ -173,9 +173,12 @@ struct ReplayStep {
 
 impl Predictive {
     pub fn new(limits: DeviceLimits, mut params: ModelParams, dt_s: f64) -> Self {
-        // The fan's lag lives in `fan` alone while running; `learned` puts it back for saving.
+        // The fan's lag and its firmware's stop live in `fan` and `firmware_stop` alone while
+        // running; `learned` puts them back for saving.
         let fan =
             params.fan_lag_s.take().map_or(FanResponse::new(dt_s), |lag| FanResponse::with_lag(lag, dt_s));
+        let firmware_stop =
+            params.firmware_stops_below_c.take().map_or_else(FirmwareStop::default, FirmwareStop::resumed);
         Self {
             limits,
             model: ThermalModel::new(params, dt_s),
@@ -187,7 +190,7 @@ impl Predictive {
             recent_stop_safe: VecDeque::with_capacity(DOWN_DWELL),
             fan,
             fan_now_pct: 0.0,
-            firmware_stop: FirmwareStop::default(),
+            firmware_stop,
             prediction_30s_c: None,
             predicted_peak_c: None,
             junction_est_c: None,
@@ -582,7 +585,11 @@ impl Controller for Predictive {
     }
 
     fn learned(&self) -> Option<(ModelParams, &PowerForecast)> {
-        let params = ModelParams { fan_lag_s: self.fan.own_lag_s(), ..self.model.params.clone() };
+        let params = ModelParams {
+            fan_lag_s: self.fan.own_lag_s(),
+            firmware_stops_below_c: self.firmware_stop.own_stops_below_c(),
+            ..self.model.params.clone()
+        };
         Some((params, &self.forecast))
     }
 
