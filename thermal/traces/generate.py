@@ -276,6 +276,32 @@ def ingest(seed=11, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def doc_review(seed=12, duration=3600.0):
+    """Ninth held-out trace: two people reviewing long documents with a local model. Each review
+    pastes a document of 6-24 k tokens with a question (a long prefill), then asks 1-5 follow-ups
+    of 200-1500 tokens (the document stays in the engine's prompt cache) with 150-700-token
+    answers and 30-150 s of reading between; a reviewer starts the next document 2-8 minutes
+    after the last answer. The two work independently, so their prompts sometimes meet."""
+    rng = random.Random(seed)
+    rows = []
+    for person in range(2):
+        t, review = rng.uniform(20.0, 240.0), 0
+        while t < duration:
+            review += 1
+            session = f"p{person}doc{review}"
+            prompt, out = rng.randint(6000, 24000), rng.randint(150, 700)
+            rows.append((round(t, 1), prompt, out, session))
+            # The document's prefill at ~150 tok/s, then the answer at ~18 tok/s, then reading.
+            t += prompt / 150.0 + out / 18.0 + rng.uniform(30.0, 150.0)
+            for _ in range(rng.randint(1, 5)):
+                prompt, out = rng.randint(200, 1500), rng.randint(150, 700)
+                rows.append((round(t, 1), prompt, out, session))
+                t += prompt / 150.0 + out / 18.0 + rng.uniform(30.0, 150.0)
+            t += rng.uniform(120.0, 480.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -288,3 +314,4 @@ if __name__ == "__main__":
     write("parallel-agents-holdout.csv", "t_s,prompt_tokens,output_tokens,session", parallel_agents())
     write("pipelines-holdout.csv", "t_s,prompt_tokens,output_tokens,session", pipelines())
     write("ingest-holdout.csv", "t_s,prompt_tokens,output_tokens,session", ingest())
+    write("doc-review-holdout.csv", "t_s,prompt_tokens,output_tokens,session", doc_review())
