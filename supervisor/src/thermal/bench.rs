@@ -17,7 +17,7 @@ use super::model::ModelParams;
 use super::plant::{PlantSpec, PlantState, PLANT_DT_S};
 use super::safety::{SafetyLayer, Verdict};
 use super::sensors::Readings;
-use super::sim::{EngineSim, Noise};
+use super::sim::{EngineSim, LoadSampler, Noise};
 use super::trace::Request;
 use super::ThermalError;
 
@@ -344,6 +344,7 @@ fn simulate(
         }
     };
     let mut engine = EngineSim::new(trace.to_vec());
+    let mut sampler = LoadSampler::new(seed);
     let mut noise = Noise::new(seed);
     let mut state = PlantState::at_ambient(spec);
     let mut metrics = Metrics::new(spec, limit_c, steps);
@@ -354,6 +355,7 @@ fn simulate(
     let ahead_periods = (PREDICTION_AHEAD_S / period_s).round() as usize;
     let mut predictions: Vec<Option<f64>> = Vec::new();
     for step in 0..steps {
+        sampler.follow(step as f64 * PLANT_DT_S, &engine);
         if step % period_steps == 0 {
             let reading = state.junction_c + spec.sensor.noise_c * noise.gaussian();
             let obs = Observation {
@@ -361,7 +363,7 @@ fn simulate(
                 junction_c: (reading / spec.sensor.resolution_c).round() * spec.sensor.resolution_c,
                 power_w: if step == 0 { spec.power.idle_w } else { (period_energy / period_s).round() },
                 fan_duty_pct: state.fan_duty_pct.round(),
-                load: Some(engine.load_signal()),
+                load: sampler.latest().cloned(),
             };
             let (next, detail) = match &mut driver {
                 Driver::Oracle(oracle) => (oracle.decide(&state, step), None),

@@ -1,6 +1,6 @@
-//! The simulated engine (FIFO queue, continuous batching, one prefill at a time) and the seeded
-//! noise of the simulated sensor. Fan control never changes what the engine does: the same trace
-//! always serves the same tokens at the same times.
+//! The simulated engine (FIFO queue, continuous batching, one prefill at a time), what a device's
+//! load sampler sees of it, and the seeded noise of the simulated sensor. Fan control never
+//! changes what the engine does: the same trace always serves the same tokens at the same times.
 
 use std::collections::VecDeque;
 
@@ -96,7 +96,10 @@ impl EngineSim {
         power
     }
 
-    /// What the engine's slots endpoint would show now.
+    /// What the engine's slots endpoint would show now. llama-server counts a prompt's tokens as
+    /// processed a batch at a time (`n_batch`, 2048 by default, which no profile changes): a
+    /// slot shows what the batches before the running one did (measured on the CPU llama-server
+    /// of CI, a 5782-token prompt showed 0, 2048 and 4096 processed, each for a batch's time).
     pub fn load_signal(&self) -> LoadSignal {
         LoadSignal {
             at_unix_ms: (self.now_s * 1000.0) as u64,
@@ -109,7 +112,7 @@ impl EngineSim {
                     id: s.id,
                     is_processing: true,
                     prompt_tokens: s.prompt_tokens as u64,
-                    prompt_processed: s.prompt_processed.floor() as u64,
+                    prompt_processed: shown_processed(s.prompt_processed, s.prompt_tokens),
                     decoded_tokens: s.decoded.floor() as u64,
                     remaining_tokens: Some((s.output_tokens - s.decoded).ceil().max(0.0) as u64),
                 })
@@ -117,6 +120,64 @@ impl EngineSim {
             tokens_per_s: None,
             ..LoadSignal::default()
         }
+    }
+}
+
+/// Tokens llama-server prefills in one batch (its default `n_batch`).
+pub const ENGINE_BATCH_TOKENS: f64 = 2048.0;
+
+/// The processed tokens `/slots` shows: the whole prompt once done, else the batches finished.
+fn shown_processed(processed: f64, prompt_tokens: f64) -> u64 {
+    if processed >= prompt_tokens {
+        prompt_tokens as u64
+    } else {
+        ((processed / ENGINE_BATCH_TOKENS).floor() * ENGINE_BATCH_TOKENS) as u64
+    }
+}
+
+/// The engine as a device's loop sees it: the supervisor samples the engine once a second
+/// (`runtime/load.rs`) on a clock of its own, and each fan loop reads the latest sample on its
+/// own tick. So what a period's decision sees is the sample from up to a second before; the
+/// offset between the two clocks, fixed for a run, is drawn from the run's seed.
+#[derive(Debug, Clone)]
+pub struct LoadSampler {
+    offset_s: f64,
+    next_sample_s: f64,
+    latest: Option<LoadSignal>,
+}
+
+/// How often the supervisor samples the engine (`runtime/load.rs`, `SAMPLE_INTERVAL`).
+pub const LOAD_SAMPLE_INTERVAL_S: f64 = 1.0;
+
+impl LoadSampler {
+    pub fn new(seed: u64) -> Self {
+        // Its own stream: the sensor's noise stays what it was for every seed.
+        let offset_s = (Noise::new(seed ^ 0x10AD_5A3B_1E00_0000).unit() * LOAD_SAMPLE_INTERVAL_S
+            / PLANT_DT_S)
+            .floor()
+            .min(LOAD_SAMPLE_INTERVAL_S / PLANT_DT_S - 1.0)
+            * PLANT_DT_S;
+        Self { offset_s, next_sample_s: offset_s, latest: None }
+    }
+
+    /// Samples `engine` where a sample falls due by `now_s`.
+    pub fn follow(&mut self, now_s: f64, engine: &EngineSim) {
+        if now_s + 1e-9 >= self.next_sample_s {
+            self.latest = Some(engine.load_signal());
+            while self.next_sample_s <= now_s + 1e-9 {
+                self.next_sample_s += LOAD_SAMPLE_INTERVAL_S;
+            }
+        }
+    }
+
+    /// The latest sample: none before the first.
+    pub fn latest(&self) -> Option<&LoadSignal> {
+        self.latest.as_ref()
+    }
+
+    /// How far the sampler's clock runs behind the loop's.
+    pub fn offset_s(&self) -> f64 {
+        self.offset_s
     }
 }
 
@@ -190,6 +251,59 @@ mod tests {
         let load = e.load_signal();
         assert_eq!(load.requests_deferred, 2);
         assert_eq!(load.slots.len(), spec.engine.max_streams as usize);
+    }
+
+    /// A long prompt shows its progress a batch at a time, as llama-server's `/slots` does, and
+    /// the whole prompt once it is done.
+    #[test]
+    fn a_prompt_shows_its_progress_in_whole_batches() {
+        let spec = spec();
+        let prompt = 5782;
+        let mut e = EngineSim::new(vec![Request { t_s: 0.0, prompt_tokens: prompt, output_tokens: 40 }]);
+        let mut shown = Vec::new();
+        while e.load_signal().slots.first().is_none_or(|s| s.decoded_tokens == 0) {
+            e.step(&spec);
+            if let Some(slot) = e.load_signal().slots.first() {
+                if shown.last() != Some(&slot.prompt_processed) {
+                    shown.push(slot.prompt_processed);
+                }
+            }
+        }
+        assert_eq!(shown, [0, 2048, 4096, prompt]);
+        assert_eq!(e.load_signal().waiting_prompt_tokens(), 0);
+    }
+
+    /// The loop sees the supervisor's latest sample of the engine: taken once a second, at an
+    /// offset from the loop's own tick that the seed fixes.
+    #[test]
+    fn the_loop_sees_the_latest_sample_taken_once_a_second() {
+        let spec = spec();
+        let offsets: Vec<f64> = (1..=16).map(|seed| LoadSampler::new(seed).offset_s()).collect();
+        assert!(offsets.iter().all(|o| (0.0..LOAD_SAMPLE_INTERVAL_S).contains(o)), "{offsets:?}");
+        assert!(offsets.iter().any(|&o| o != offsets[0]), "one offset for every seed: {offsets:?}");
+        assert_eq!(LoadSampler::new(3).offset_s(), LoadSampler::new(3).offset_s());
+
+        let seed = (1..=16).find(|&s| LoadSampler::new(s).offset_s() >= 0.5).expect("a late sampler");
+        let mut sampler = LoadSampler::new(seed);
+        let offset_steps = (sampler.offset_s() / PLANT_DT_S).round() as usize;
+        let mut e = EngineSim::new(vec![Request { t_s: 0.0, prompt_tokens: 10, output_tokens: 100_000 }]);
+        let mut seen_at = Vec::new();
+        for step in 0..35 {
+            sampler.follow(step as f64 * PLANT_DT_S, &e);
+            if let Some(sample) = sampler.latest() {
+                seen_at.push((step, sample.at_unix_ms));
+            }
+            e.step(&spec);
+        }
+        // Nothing before the first sample; then each sample stays until the next, a second later.
+        let fresh: Vec<usize> = seen_at
+            .iter()
+            .enumerate()
+            .filter(|&(i, &(_, at))| i == 0 || seen_at[i - 1].1 != at)
+            .map(|(_, &(step, _))| step)
+            .collect();
+        let every_second: Vec<usize> = (offset_steps..35).step_by(10).collect();
+        assert_eq!(fresh, every_second);
     }
 
     #[test]
