@@ -104,6 +104,11 @@ pub struct PowerForecast {
     typical_output_tokens: f64,
     #[serde(skip)]
     last: Option<LoadSignal>,
+    /// How long the prompt being prefilled has shown no progress: llama-server counts a prompt's
+    /// tokens a batch (2048) at a time, so a slow engine shows none for several samples, then a
+    /// batch at once.
+    #[serde(skip)]
+    prefill_unseen_s: f64,
     /// Requests seen arriving.
     arrivals: u32,
     /// Share of arrivals (moving average) that found the engine busy.
@@ -175,6 +180,7 @@ impl PowerForecast {
             typical_prompt_tokens: 2000.0,
             typical_output_tokens: 300.0,
             last: None,
+            prefill_unseen_s: 0.0,
             arrivals: 0,
             busy_share: 1.0,
             idle_s: Some(0.0),
@@ -299,13 +305,21 @@ impl PowerForecast {
         self.learn_fast_prefill(prev, now, dt_s);
         let same_slots = prev.slots.len() == now.slots.len()
             && prev.slots.iter().zip(&now.slots).all(|(a, b)| same_request(a, b));
+        let prefilling = same_slots && phase(prev) == Phase::Prefill && phase(now) == Phase::Prefill;
+        if !prefilling {
+            self.prefill_unseen_s = 0.0;
+        }
         if !same_slots || dt_s <= 0.0 {
             return;
         }
-        if phase(prev) == Phase::Prefill && phase(now) == Phase::Prefill {
+        if prefilling {
+            // The tokens shown now took the time since progress last showed, not one period.
+            self.prefill_unseen_s += dt_s;
             let done = prev.waiting_prompt_tokens().saturating_sub(now.waiting_prompt_tokens()) as f64;
             if done > 0.0 {
-                self.prefill_tokens_per_s += ALPHA * (done / dt_s - self.prefill_tokens_per_s);
+                let rate = done / self.prefill_unseen_s;
+                self.prefill_tokens_per_s += ALPHA * (rate - self.prefill_tokens_per_s);
+                self.prefill_unseen_s = 0.0;
             }
         }
         if let (Phase::Decode(n), Phase::Decode(m)) = (phase(prev), phase(now)) {
@@ -589,6 +603,20 @@ mod tests {
         assert!((2..=4).contains(&prefill_s), "{p:?}");
         assert_eq!(p[prefill_s], f.decode_w(1));
         assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
+    }
+
+    /// llama-server shows a prompt's progress a 2048-token batch at a time. On a slow engine
+    /// (250 tok/s: a batch every ~8 s) the rate is the tokens a batch showed over the time since
+    /// the last one did, not over the one period in which they showed.
+    #[test]
+    fn a_prompt_shown_a_batch_at_a_time_teaches_the_engines_rate() {
+        let mut f = PowerForecast::new();
+        let prompt = 60_000;
+        for second in 0..200u64 {
+            let shown = (second * 250 / 2048) * 2048;
+            f.observe(&signal(vec![slot(1, prompt, shown, 100)]), 120.0, 1.0);
+        }
+        assert!((f.prefill_tokens_per_s - 250.0).abs() < 25.0, "{}", f.prefill_tokens_per_s);
     }
 
     /// One user at a time: each prompt comes 8–12 s after the previous answer ends. The pattern is
