@@ -185,6 +185,42 @@ async fn hung_engine_times_out_and_exited_engine_refuses() {
     .unwrap();
 }
 
+/// llama-server counts a prompt's tokens as processed a batch (`-b`) at a time: `/slots` never
+/// shows part of a batch. The thermal bench's engine (`supervisor/src/thermal/sim.rs`) shows
+/// progress the same way, in whole batches of the default 2048; should a new llama-server show
+/// it token by token, this fails and the bench's view of the engine needs changing with it.
+#[tokio::test]
+async fn a_prompt_shows_its_progress_a_batch_at_a_time() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let batch = 32;
+        let engine = LiveEngine::spawn_with(
+            &["-b", &batch.to_string(), "-ub", &batch.to_string()],
+            &[("LLAMA_SERVER_SLOTS_DEBUG", "1")],
+        );
+        engine.wait_ready(Duration::from_secs(30)).await;
+        let content = vec!["hello"; 300].join(" "); // about 1500 tokens: some 47 batches
+        let port = engine.port;
+        let request = tokio::spawn(async move { chat_completion_with(port, &content, 4, false).await });
+        let mut shown = std::collections::BTreeSet::new();
+        let mut prompt_tokens = 0;
+        while !request.is_finished() {
+            let load = engine.client.load().await.unwrap();
+            for slot in load.slots.iter().filter(|s| s.is_processing && s.decoded_tokens == 0) {
+                shown.insert(slot.prompt_processed);
+                prompt_tokens = slot.prompt_tokens;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        request.await.unwrap();
+        let part_way: Vec<u64> = shown.iter().copied().filter(|&p| p > 0 && p < prompt_tokens).collect();
+        assert!(!part_way.is_empty(), "no reading caught the prompt part way: {shown:?} of {prompt_tokens}");
+        assert!(part_way.iter().all(|p| p % batch == 0), "progress within a batch: {part_way:?}");
+        engine.stop().await;
+    })
+    .await
+    .unwrap();
+}
+
 /// `/slots` shows a prefilling request's prompt text only when the engine runs with
 /// `LLAMA_SERVER_SLOTS_DEBUG=1`; with it the client sizes the prompt and the wait becomes visible.
 #[tokio::test]
