@@ -302,6 +302,25 @@ def doc_review(seed=12, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def support_desk(seed=13, duration=3600.0):
+    """Tenth held-out trace: a support team's assistant for an hour. Tickets come one every 4-25 s
+    at random while the desk is busy (the first 20 and the last 25 minutes) and one every 30-120 s
+    in the lull between; each drafts a reply from the ticket's history (2-10 k tokens in, 150-600
+    out), and one ticket in six is followed 10-40 s later by a short revision (300-1200 in,
+    100-300 out)."""
+    rng = random.Random(seed)
+    rows, t, ticket = [], rng.uniform(5.0, 30.0), 0
+    while t < duration:
+        ticket += 1
+        rows.append((round(t, 1), rng.randint(2000, 10000), rng.randint(150, 600), f"t{ticket}"))
+        if rng.random() < 1.0 / 6.0:
+            rows.append((round(t + rng.uniform(10.0, 40.0), 1), rng.randint(300, 1200), rng.randint(100, 300), f"t{ticket}"))
+        busy = t < 1200.0 or t > duration - 1500.0
+        t += rng.uniform(4.0, 25.0) if busy else rng.uniform(30.0, 120.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -315,3 +334,4 @@ if __name__ == "__main__":
     write("pipelines-holdout.csv", "t_s,prompt_tokens,output_tokens,session", pipelines())
     write("ingest-holdout.csv", "t_s,prompt_tokens,output_tokens,session", ingest())
     write("doc-review-holdout.csv", "t_s,prompt_tokens,output_tokens,session", doc_review())
+    write("support-desk-holdout.csv", "t_s,prompt_tokens,output_tokens,session", support_desk())
