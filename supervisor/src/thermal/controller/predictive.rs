@@ -51,6 +51,10 @@ const SEARCH_RESOLUTION_PCT: f64 = 1.0;
 /// learned lag here instead cost more duty than it bought in safety (thermal/FINDINGS.md, "The
 /// fan's lag, learned").
 const SURPRISE_SPIN_UP_S: f64 = 2.0;
+/// A surprise also shows late: the loop reads the engine's queue from the supervisor's latest
+/// sample, taken once a second on a clock of its own (`runtime/load.rs`), so a prompt may reach
+/// the plans up to this long after the engine took it.
+const LOAD_SAMPLE_AGE_S: f64 = 1.0;
 /// The room kept for a surprise is capped by the junction's largest rise over what the plans'
 /// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
 /// fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
@@ -346,7 +350,8 @@ impl Predictive {
         let prefill_s = self.forecast.large_prefill_s();
         let rise_share = 1.0 - (-prefill_s / JUNCTION_TAU_S).exp();
         let r_js = self.model.params.r_js_k_per_w;
-        let sink_s = self.model.sink_k_per_j() * prefill_s.min(self.dt_s + SURPRISE_SPIN_UP_S);
+        let answer_s = self.dt_s + LOAD_SAMPLE_AGE_S + SURPRISE_SPIN_UP_S;
+        let sink_s = self.model.sink_k_per_j() * prefill_s.min(answer_s);
         let prefill_w = self.forecast.prefill_w();
         let idle_w = self.forecast.idle_w();
         let alpha = 1.0 - (-self.dt_s / JUNCTION_TAU_S).exp();
@@ -408,7 +413,8 @@ impl Predictive {
     /// Periods until the fan has answered a surprise: the one in which it is seen, the spin-up
     /// every surprise is given, and the fan's lag.
     fn surprise_lead(&self) -> usize {
-        let lead = ((self.dt_s + SURPRISE_SPIN_UP_S + self.fan.lag_s()) / self.dt_s).round() as usize;
+        let answer_s = self.dt_s + LOAD_SAMPLE_AGE_S + SURPRISE_SPIN_UP_S + self.fan.lag_s();
+        let lead = (answer_s / self.dt_s).round() as usize;
         lead.clamp(1, ((BIAS_WINDOW_S / self.dt_s).round() as usize).max(1))
     }
 
@@ -644,7 +650,7 @@ mod tests {
     fn the_rise_over_the_plans_power_is_seen_then_trusted_and_slowly_forgotten() {
         let c = controller();
         let lead = c.surprise_lead();
-        assert_eq!(lead, 5, "a period, the spin-up and the prior's 2 s lag");
+        assert_eq!(lead, 6, "a period, the sample's age, the spin-up and the prior's 2 s lag");
         let (mut seen, mut missed) = (SeenSurprise::default(), MissedRise::default());
         let mut replay = VecDeque::new();
         let mut period = |missed: &mut MissedRise, power_w: f64| {
