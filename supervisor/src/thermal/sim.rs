@@ -146,8 +146,8 @@ pub struct LoadSampler {
     latest: Option<LoadSignal>,
 }
 
-/// How often the supervisor samples the engine (`runtime/load.rs`, `SAMPLE_INTERVAL`).
-pub const LOAD_SAMPLE_INTERVAL_S: f64 = 1.0;
+/// How often the supervisor samples the engine.
+pub const LOAD_SAMPLE_INTERVAL_S: f64 = crate::runtime::load::SAMPLE_INTERVAL.as_secs_f64();
 
 impl LoadSampler {
     pub fn new(seed: u64) -> Self {

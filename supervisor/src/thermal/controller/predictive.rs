@@ -54,7 +54,7 @@ const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// A surprise also shows late: the loop reads the engine's queue from the supervisor's latest
 /// sample, taken once a second on a clock of its own (`runtime/load.rs`), so a prompt may reach
 /// the plans up to this long after the engine took it.
-const LOAD_SAMPLE_AGE_S: f64 = 1.0;
+const LOAD_SAMPLE_AGE_S: f64 = crate::runtime::load::SAMPLE_INTERVAL.as_secs_f64();
 /// The room kept for a surprise is capped by the junction's largest rise over what the plans'
 /// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
 /// fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
