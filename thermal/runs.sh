@@ -7,9 +7,10 @@
 #             plant on every trace of the first SEEN_SETS sets. RUNS=fifth to eighth are the
 #             fifth to eighth held-out sets, which each judged one change (thermal/FINDINGS.md)
 #             and are no longer held out; RUNS=all leaves them out so that its figures stay
-#             comparable with earlier ones. RUNS=ninth is the ninth held-out set (a slow-prefill
-#             Strix Halo box and long documents), which judged one change; RUNS=tenth the tenth (a
-#             workstation blower and a support desk), written before anything ran on it.
+#             comparable with earlier ones. RUNS=ninth (a slow-prefill Strix Halo box and long
+#             documents) and RUNS=tenth (a workstation blower and a support desk) each judged one
+#             change too. The next change to the controller needs an eleventh set, written before
+#             anything runs on it.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"

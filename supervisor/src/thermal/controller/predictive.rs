@@ -56,8 +56,8 @@ const SURPRISE_SPIN_UP_S: f64 = 2.0;
 /// the plans up to this long after the engine took it.
 const LOAD_SAMPLE_AGE_S: f64 = crate::runtime::load::SAMPLE_INTERVAL.as_secs_f64();
 /// The room kept for a surprise is capped by the junction's largest rise over what the plans'
-/// power said, within the time the fan takes to answer (a period, `SURPRISE_SPIN_UP_S` and the
-/// fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
+/// power said, within the time the fan takes to answer (a period, `LOAD_SAMPLE_AGE_S`,
+/// `SURPRISE_SPIN_UP_S` and the fan's lag), as seen on this device (the forecast's `MissedRise`, once trusted), and never
 /// below this share of the room the prompt's size and rates call for (a prompt larger than any
 /// seen may still come).
 const SEEN_SURPRISE_FLOOR: f64 = 0.7;
@@ -410,8 +410,8 @@ impl Predictive {
         self.model_bias_c += (error - self.model_bias_c) * (self.dt_s / BIAS_TAU_S).min(1.0);
     }
 
-    /// Periods until the fan has answered a surprise: the one in which it is seen, the spin-up
-    /// every surprise is given, and the fan's lag.
+    /// Periods until the fan has answered a surprise: the one in which it is seen, the load
+    /// sample's age, the spin-up every surprise is given, and the fan's lag.
     fn surprise_lead(&self) -> usize {
         let answer_s = self.dt_s + LOAD_SAMPLE_AGE_S + SURPRISE_SPIN_UP_S + self.fan.lag_s();
         let lead = (answer_s / self.dt_s).round() as usize;
