@@ -107,9 +107,16 @@ impl FanResponse {
 /// own: NVIDIA's and AMD's stock curves stop the fan under about 50 °C.
 pub const FIRMWARE_STOPS_BELOW_PRIOR_C: f64 = 50.0;
 
-/// Where a learned stop may lie: a reading the safety layer takes as a sensor's, and the half
-/// degree a stop is put over it.
-pub const FIRMWARE_STOPS_BELOW_RANGE_C: std::ops::RangeInclusive<f64> = -10.0..=130.5;
+/// How far over the reading a fan was seen still stopped at the firmware is taken to keep it
+/// stopped.
+const STOPPED_OVER_READING_C: f64 = 0.5;
+
+/// Where a learned stop may lie: a reading the safety layer takes as a sensor's, and the margin a
+/// stop is put over it.
+pub const FIRMWARE_STOPS_BELOW_RANGE_C: std::ops::RangeInclusive<f64> = std::ops::RangeInclusive::new(
+    super::safety::JUNCTION_RANGE_C.0,
+    super::safety::JUNCTION_RANGE_C.1 + STOPPED_OVER_READING_C,
+);
 
 /// Where a zero-rpm fan's stop is silent. No fan the daemon drives stops on command: NVML reaches
 /// 0 % only by handing the fan back to the driver's auto, and an RDNA3/4 card stops its fan only
@@ -167,7 +174,7 @@ impl FirmwareStop {
             self.stops_below_c = self.stops_below_c.min(acted_on_c);
             self.shown = true;
         } else if handed_back && after_pct < 0.5 {
-            self.stops_below_c = self.stops_below_c.max(acted_on_c + 0.5);
+            self.stops_below_c = self.stops_below_c.max(acted_on_c + STOPPED_OVER_READING_C);
             self.shown = true;
         }
     }

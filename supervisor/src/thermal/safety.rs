@@ -9,7 +9,7 @@ use super::controller::interpolate;
 use super::sensors::{Readings, SensorError};
 
 /// Plausible junction range; outside it the sensor is broken, not the GPU.
-const JUNCTION_RANGE_C: (f64, f64) = (-10.0, 130.0);
+pub(crate) const JUNCTION_RANGE_C: (f64, f64) = (-10.0, 130.0);
 /// Plausible board power.
 const POWER_RANGE_W: (f64, f64) = (0.0, 1500.0);
 /// After the hard limit, full speed holds until the junction is this far under it.
