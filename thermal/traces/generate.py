@@ -321,6 +321,37 @@ def support_desk(seed=13, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def classroom(seed=14, duration=3000.0):
+    """Eleventh held-out trace: a class of 14 students with a shared assistant for a 50-minute
+    lesson. Every 6-10 minutes the teacher sets an exercise and most students (60-100 %) ask about
+    it within 5-60 s of each other: a question with pasted code or text (500-3000 tokens) and a
+    200-900-token answer, then 0-3 follow-ups (the context grown by 100-400 tokens and the answer)
+    30-150 s after each answer ends. Between exercises a stray question comes every 1-4 minutes."""
+    rng = random.Random(seed)
+    rows, exercise, t = [], 0, rng.uniform(60.0, 180.0)
+    while t < duration:
+        exercise += 1
+        for student in range(14):
+            if rng.random() > rng.uniform(0.6, 1.0):
+                continue
+            session = f"e{exercise}s{student}"
+            at, context = t + rng.uniform(5.0, 60.0), rng.randint(500, 3000)
+            for _ in range(1 + rng.randint(0, 3)):
+                out = rng.randint(200, 900)
+                rows.append((round(at, 1), context, out, session))
+                context += out + rng.randint(100, 400)
+                # The answer at ~35 tok/s alongside others, then reading and typing.
+                at += out / 35.0 + rng.uniform(30.0, 150.0)
+        next_exercise = t + rng.uniform(360.0, 600.0)
+        stray = t + rng.uniform(240.0, 360.0)
+        while stray < next_exercise:
+            rows.append((round(stray, 1), rng.randint(300, 1500), rng.randint(100, 500), f"q{exercise}x{round(stray)}"))
+            stray += rng.uniform(60.0, 240.0)
+        t = next_exercise
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -335,3 +366,4 @@ if __name__ == "__main__":
     write("ingest-holdout.csv", "t_s,prompt_tokens,output_tokens,session", ingest())
     write("doc-review-holdout.csv", "t_s,prompt_tokens,output_tokens,session", doc_review())
     write("support-desk-holdout.csv", "t_s,prompt_tokens,output_tokens,session", support_desk())
+    write("classroom-holdout.csv", "t_s,prompt_tokens,output_tokens,session", classroom())
