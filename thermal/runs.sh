@@ -10,17 +10,19 @@
 #             comparable with earlier ones. RUNS=ninth (a slow-prefill Strix Halo box and long
 #             documents) and RUNS=tenth (a workstation blower and a support desk) each judged one
 #             change too. RUNS=eleventh (a stacked blower 3090 with a degree of room at full
-#             speed, and a classroom) was written and committed before anything ran on it, to
-#             judge the next change.
+#             speed, and a classroom) and RUNS=twelfth (a zero-rpm 4080 SUPER and a research
+#             agent's fan-out) were each written and committed before anything ran on them, to
+#             judge one change each.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual"
-  "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked")
+  "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
+  "rtx4080s-triple")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
-  "classroom-holdout")
+  "classroom-holdout" "research-agent-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
@@ -39,8 +41,9 @@ each_run() {
       ninth) set_runs 9 "$ceiling" ;;
       tenth) set_runs 10 "$ceiling" ;;
       eleventh) set_runs 11 "$ceiling" ;;
+      twelfth) set_runs 12 "$ceiling" ;;
       all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, tenth, eleventh or all, not $RUNS" >&2; return 2 ;;
+      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, tenth, eleventh, twelfth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
 }

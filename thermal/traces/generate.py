@@ -352,6 +352,33 @@ def classroom(seed=14, duration=3000.0):
     return [r for r in rows if r[0] < duration]
 
 
+def research_agent(seed=15, duration=3600.0):
+    """Twelfth held-out trace: a research agent run by two people for an hour. Each task fans out
+    5-12 retrieval sub-queries at once (1-4 k tokens in, 50-200 out), then 2-6 s after the last
+    one's answer a synthesis request over what came back (8-20 k tokens in, 500-1500 out); the
+    person reads the report for 1-4 minutes and starts the next task 20-120 s later."""
+    rng = random.Random(seed)
+    rows = []
+    for person in range(2):
+        t, task = rng.uniform(10.0, 200.0), 0
+        while t < duration:
+            task += 1
+            session = f"p{person}task{task}"
+            queries = rng.randint(5, 12)
+            longest = 0.0
+            for _ in range(queries):
+                prompt, out = rng.randint(1000, 4000), rng.randint(50, 200)
+                rows.append((round(t + rng.uniform(0.0, 0.5), 1), prompt, out, session))
+                # Six at a time at ~40 tok/s each, after the prompts are read.
+                longest = max(longest, out / 40.0)
+            t += longest * (queries / 6.0 + 1.0) + rng.uniform(2.0, 6.0)
+            out = rng.randint(500, 1500)
+            rows.append((round(t, 1), rng.randint(8000, 20000), out, session))
+            t += out / 55.0 + rng.uniform(60.0, 240.0) + rng.uniform(20.0, 120.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -367,3 +394,4 @@ if __name__ == "__main__":
     write("doc-review-holdout.csv", "t_s,prompt_tokens,output_tokens,session", doc_review())
     write("support-desk-holdout.csv", "t_s,prompt_tokens,output_tokens,session", support_desk())
     write("classroom-holdout.csv", "t_s,prompt_tokens,output_tokens,session", classroom())
+    write("research-agent-holdout.csv", "t_s,prompt_tokens,output_tokens,session", research_agent())
