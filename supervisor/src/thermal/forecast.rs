@@ -104,6 +104,14 @@ pub struct PowerForecast {
     typical_output_tokens: f64,
     #[serde(skip)]
     last: Option<LoadSignal>,
+    /// The last period's power and the phase both samples around it showed, waiting for the next
+    /// sample to confirm it (see [`PowerForecast::observe`]), and whether it was learned already.
+    #[serde(skip)]
+    unconfirmed_power: Option<(Phase, f64, bool)>,
+    /// The phases a confirmed period has taught; absent from forecasts saved before periods were
+    /// confirmed, which learn as before until one is.
+    #[serde(default)]
+    confirmed: ConfirmedPhases,
     /// How long the prompt being prefilled has shown no progress: llama-server counts a prompt's
     /// tokens a batch (2048) at a time, so a slow engine shows none for several samples, then a
     /// batch at once.
@@ -130,6 +138,34 @@ pub struct PowerForecast {
     /// kept: learned again then).
     #[serde(default)]
     missed_rise: MissedRise,
+}
+
+/// Which phases' power a confirmed period has taught (see [`PowerForecast::observe`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+struct ConfirmedPhases {
+    idle: bool,
+    prefill: bool,
+    decode: [bool; MAX_STREAMS_TRACKED],
+}
+
+impl ConfirmedPhases {
+    fn slot(&mut self, phase: Phase) -> Option<&mut bool> {
+        match phase {
+            Phase::Idle => Some(&mut self.idle),
+            Phase::Prefill => Some(&mut self.prefill),
+            Phase::Decode(n) => self.decode.get_mut(n as usize - 1),
+        }
+    }
+
+    fn mark(&mut self, phase: Phase) {
+        if let Some(confirmed) = self.slot(phase) {
+            *confirmed = true;
+        }
+    }
+
+    fn has(mut self, phase: Phase) -> bool {
+        self.slot(phase).is_some_and(|confirmed| *confirmed)
+    }
 }
 
 /// How much warmer the junction got than the power a plan expected made it, within the time the
@@ -180,6 +216,8 @@ impl PowerForecast {
             typical_prompt_tokens: 2000.0,
             typical_output_tokens: 300.0,
             last: None,
+            unconfirmed_power: None,
+            confirmed: ConfirmedPhases::default(),
             prefill_unseen_s: 0.0,
             arrivals: 0,
             busy_share: 1.0,
@@ -256,6 +294,12 @@ impl PowerForecast {
     }
 
     /// Learns from one sample: `power_w` was drawn over the period that ended with `load`.
+    ///
+    /// The sample may be up to a sampling interval older than the period's end (the supervisor
+    /// samples the engine on a clock of its own), so two samples showing one phase do not cover
+    /// the period between them: once the next sample has shown a phase still held past such a
+    /// period, only periods confirmed so teach that phase. Otherwise short requests (completions
+    /// of a second or two) lend their power to the idle and take the idle's into the prefill.
     pub fn observe(&mut self, load: &LoadSignal, power_w: f64, dt_s: f64) {
         self.follow_model(load.model.as_deref());
         let Some(prev) = self.last.replace(load.clone()) else {
@@ -264,21 +308,37 @@ impl PowerForecast {
         };
         self.learn_arrivals(&prev, load, dt_s);
         let (before, after) = (phase(&prev), phase(load));
-        if before == after {
-            let learn = |v: &mut f64| *v += ALPHA * (power_w - *v);
-            match after {
-                Phase::Idle => learn(&mut self.idle_w),
-                Phase::Prefill => learn(&mut self.prefill_w),
-                Phase::Decode(n) => {
-                    if let Some(slot) = self.decode_w.get_mut(n as usize - 1) {
-                        let w = slot.get_or_insert(power_w);
-                        *w += ALPHA * (power_w - *w);
-                    }
+        if let Some((held, watts, learned)) = self.unconfirmed_power.take().filter(|p| p.0 == after) {
+            self.confirmed.mark(held);
+            if !learned {
+                self.learn_phase_power(held, watts);
+            }
+        }
+        self.unconfirmed_power = (before == after).then(|| {
+            // A phase no period confirms (prefills under two samples on a fast card) learns from
+            // two samples alone: its power has to come from somewhere.
+            let learned = !self.confirmed.has(after);
+            if learned {
+                self.learn_phase_power(after, power_w);
+            }
+            (after, power_w, learned)
+        });
+        self.learn_rates(&prev, load, dt_s);
+        self.learn_prompts(&prev, load);
+    }
+
+    fn learn_phase_power(&mut self, phase: Phase, power_w: f64) {
+        let learn = |v: &mut f64| *v += ALPHA * (power_w - *v);
+        match phase {
+            Phase::Idle => learn(&mut self.idle_w),
+            Phase::Prefill => learn(&mut self.prefill_w),
+            Phase::Decode(n) => {
+                if let Some(slot) = self.decode_w.get_mut(n as usize - 1) {
+                    let w = slot.get_or_insert(power_w);
+                    *w += ALPHA * (power_w - *w);
                 }
             }
         }
-        self.learn_rates(&prev, load, dt_s);
-        self.learn_prompts(&prev, load);
     }
 
     /// Another model (a new profile) draws other power in each phase and prefills and decodes at
@@ -293,6 +353,7 @@ impl PowerForecast {
             let prior = Self::new();
             self.prefill_w = prior.prefill_w;
             self.decode_w = prior.decode_w;
+            self.confirmed = ConfirmedPhases { idle: self.confirmed.idle, ..prior.confirmed };
             self.prefill_tokens_per_s = prior.prefill_tokens_per_s;
             self.fast_prefill_tokens_per_s = prior.fast_prefill_tokens_per_s;
             self.decode_tokens_per_s = prior.decode_tokens_per_s;
@@ -587,12 +648,12 @@ mod tests {
     #[test]
     fn learns_phase_power_and_rates_then_forecasts_prefill_before_decode() {
         let mut f = PowerForecast::new();
-        // 12 s of prefill of a 12000-token prompt at 1000 tok/s drawing 250 W, then decode at 140 W.
-        for k in 0..12u64 {
-            f.observe(&signal(vec![slot(1, 12000, k * 1000, 100)]), 250.0, 1.0);
+        // 14 s of prefill of a 14000-token prompt at 1000 tok/s drawing 250 W, then decode at 140 W.
+        for k in 0..14u64 {
+            f.observe(&signal(vec![slot(1, 14000, k * 1000, 100)]), 250.0, 1.0);
         }
         for k in 0..20u64 {
-            f.observe(&signal(vec![slot(1, 12000, 12000, 100 - 5 * k)]), 140.0, 1.0);
+            f.observe(&signal(vec![slot(1, 14000, 14000, 100 - 5 * k)]), 140.0, 1.0);
         }
         assert!((f.prefill_w() - 250.0).abs() < 5.0, "{}", f.prefill_w());
         assert!((f.decode_w(1) - 140.0).abs() < 5.0);
@@ -603,6 +664,50 @@ mod tests {
         assert!((2..=4).contains(&prefill_s), "{p:?}");
         assert_eq!(p[prefill_s], f.decode_w(1));
         assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
+    }
+
+    /// Requests of a few seconds each, seen through a sample taken 0.6 s before each period ends:
+    /// a period between two samples of one phase may still hold some of the next, so only a
+    /// period the following sample confirms teaches its phase's power.
+    #[test]
+    fn short_requests_seen_through_an_aged_sample_teach_each_phase_its_own_power() {
+        // A 5.5 s cycle in tenths of a second, so that the samples meet every part of it: 2.5 s of
+        // prefill at 250 W (a 5000-token prompt at 2000 tok/s), 0.6 s of decode at 150 W, then
+        // 2.4 s idle at 15 W. Each request is told apart from the last by its prompt's length.
+        let at = |tenth: u64| {
+            let (request, k) = (tenth / 55, tenth % 55);
+            let prompt = 5000 + request;
+            match k {
+                0..25 => (signal(vec![slot(1, prompt, 0, 48)]), 250.0),
+                25..31 => (signal(vec![slot(1, prompt, prompt, 48 - 8 * (k - 25))]), 150.0),
+                _ => (LoadSignal::default(), 15.0),
+            }
+        };
+        let mut f = PowerForecast::new();
+        for period in 1..400u64 {
+            let power_w = (period * 10 - 10..period * 10).map(|t| at(t).1).sum::<f64>() / 10.0;
+            f.observe(&at(period * 10 - 6).0, power_w, 1.0);
+        }
+        assert!((f.idle_w() - 15.0).abs() < 0.5, "idle {}", f.idle_w());
+        assert!((f.prefill_w() - 250.0).abs() < 0.5, "prefill {}", f.prefill_w());
+
+        // Prefills of 1.2 s never hold over three samples: the prefill learns from two alone
+        // rather than keep the prior's 300 W.
+        let at = |tenth: u64| {
+            let (request, k) = (tenth / 37, tenth % 37);
+            match k {
+                0..12 => (signal(vec![slot(1, 2400 + request, 0, 8)]), 250.0),
+                _ => (LoadSignal::default(), 15.0),
+            }
+        };
+        let mut f = PowerForecast::new();
+        for period in 1..400u64 {
+            let power_w = (period * 10 - 10..period * 10).map(|t| at(t).1).sum::<f64>() / 10.0;
+            f.observe(&at(period * 10 - 6).0, power_w, 1.0);
+        }
+        assert!(!f.confirmed.has(Phase::Prefill) && f.confirmed.has(Phase::Idle), "{:?}", f.confirmed);
+        assert!(f.prefill_w() < 250.0, "learned from periods that are part prefill: {}", f.prefill_w());
+        assert!((f.idle_w() - 15.0).abs() < 0.5, "idle {}", f.idle_w());
     }
 
     /// llama-server shows a prompt's progress a 2048-token batch at a time. On a slow engine
@@ -781,12 +886,13 @@ mod tests {
             |model: &str, slots: Vec<SlotLoad>| LoadSignal { model: Some(model.into()), ..signal(slots) };
         let mut f = PowerForecast::new();
         for id in 1..=20u32 {
-            f.observe(&serving("a.gguf", vec![slot(id, 3000, 0, 50)]), 420.0, 1.0);
-            f.observe(&serving("a.gguf", vec![slot(id, 3000, 2000, 50)]), 420.0, 1.0);
-            for k in 0..5u64 {
-                f.observe(&serving("a.gguf", vec![slot(id, 3000, 3000, 40 - 10 * k)]), 150.0, 1.0);
+            for done in [0, 2000, 4000] {
+                f.observe(&serving("a.gguf", vec![slot(id, 5000, done, 50)]), 420.0, 1.0);
             }
-            for _ in 0..3 {
+            for k in 0..5u64 {
+                f.observe(&serving("a.gguf", vec![slot(id, 5000, 5000, 40 - 10 * k)]), 150.0, 1.0);
+            }
+            for _ in 0..5 {
                 f.observe(&serving("a.gguf", vec![]), 25.0, 1.0);
             }
         }
