@@ -310,7 +310,10 @@ impl Predictive {
     /// Whether a zero-rpm fan may stop with room for a prompt at any time after the running fan's
     /// hold (which also lets a running fan stop after the down dwell), and whether a stopped fan
     /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
-    /// restart as late as a surprise is seen (a period) would still be in time.
+    /// restart as late as a surprise is seen (a period) would still be in time. That second way
+    /// is only for a fan its firmware lets stop (`may_stop`): one it would spin runs at its floor,
+    /// with no restart to save, and a late restart planned period after period while short
+    /// requests keep coming rides the budget until a model error tips it over.
     fn stop_plans(
         &self,
         junction_c: f64,
@@ -318,6 +321,7 @@ impl Predictive {
         power: &[f64],
         loaded: bool,
         budget_c: f64,
+        may_stop: bool,
     ) -> (bool, bool) {
         if !self.limits.zero_rpm {
             return (false, false);
@@ -325,7 +329,7 @@ impl Predictive {
         let any_time = self.surprise_reserve_with(known, loaded, false);
         let outlook = Outlook { power, reserve: &any_time, budget_c };
         let stop_safe = self.stop_survives_any_prompt(junction_c, outlook, HOLD_S);
-        let brief_work = self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
+        let brief_work = may_stop && self.forecast.work_steps(known) as f64 * self.dt_s <= HOLD_S;
         // The plan counts a stop at once (a running fan's coasting is not counted on), so this is
         // judged from a standstill, as for a stopped fan.
         let late_restart = self.dt_s;
@@ -516,7 +520,7 @@ impl Controller for Predictive {
         let outlook = Outlook { power: &power, reserve: &reserve, budget_c };
         self.seen_surprise.record_plan(&power, lead);
         let (stop_safe, stays_stopped) =
-            self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c);
+            self.stop_plans(junction_c, &known, &power, obs.load.is_some(), budget_c, may_stop);
         if self.recent_stop_safe.len() == DOWN_DWELL {
             self.recent_stop_safe.pop_front();
         }
@@ -760,7 +764,8 @@ mod tests {
     }
 
     /// Through a turn that ends within a hold a stopped fan stays stopped up to a warmer heatsink
-    /// than through longer work: only the restart has to be in time.
+    /// than through longer work: only the restart has to be in time. A fan its firmware would
+    /// spin has no restart to save: its duty is searched.
     #[test]
     fn a_stopped_fan_stays_stopped_through_a_brief_turn_where_a_late_restart_is_in_time() {
         let c = zero_rpm();
@@ -771,13 +776,17 @@ mod tests {
         let band: Vec<f64> = (40..90)
             .map(f64::from)
             .filter(|&tj| {
-                let (safe, stays) = c.stop_plans(tj, &turn, &turn, true, budget);
+                let (safe, stays) = c.stop_plans(tj, &turn, &turn, true, budget, true);
                 stays && !safe
             })
             .collect();
         assert!(!band.is_empty(), "a late restart never helps");
+        for &tj in &band {
+            let (safe, stays) = c.stop_plans(tj, &turn, &turn, true, budget, false);
+            assert!(!safe && !stays, "a fan its firmware would spin, at {tj} °C, is not held at its floor");
+        }
         for tj in (40..90).map(f64::from) {
-            let (safe, stays) = c.stop_plans(tj, &long, &long, true, budget);
+            let (safe, stays) = c.stop_plans(tj, &long, &long, true, budget, true);
             assert_eq!(safe, stays, "long work at {tj} °C");
         }
     }
