@@ -141,7 +141,7 @@ pub struct PowerForecast {
 }
 
 /// Which phases' power a confirmed period has taught (see [`PowerForecast::observe`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct ConfirmedPhases {
     idle: bool,
     prefill: bool,

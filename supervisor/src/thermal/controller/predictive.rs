@@ -312,8 +312,7 @@ impl Predictive {
     /// may stay stopped now: also where the known work ends within a hold (an agent's turn) and a
     /// restart as late as a surprise is seen (a period) would still be in time. That second way
     /// is only for a fan its firmware lets stop (`may_stop`): one it would spin runs at its floor,
-    /// with no restart to save, and a late restart planned period after period while short
-    /// requests keep coming rides the budget until a model error tips it over.
+    /// with no restart to save, and its duty is searched instead.
     fn stop_plans(
         &self,
         junction_c: f64,
