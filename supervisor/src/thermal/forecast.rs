@@ -334,8 +334,7 @@ impl PowerForecast {
             Phase::Prefill => learn(&mut self.prefill_w),
             Phase::Decode(n) => {
                 if let Some(slot) = self.decode_w.get_mut(n as usize - 1) {
-                    let w = slot.get_or_insert(power_w);
-                    *w += ALPHA * (power_w - *w);
+                    learn(slot.get_or_insert(power_w));
                 }
             }
         }
@@ -666,6 +665,18 @@ mod tests {
         assert_eq!(*p.last().unwrap(), f.phase_w(Phase::Idle));
     }
 
+    /// A forecast that observed 400 one-second periods of `at` (what the engine shows and draws
+    /// at each tenth of a second): each period's mean power, with the sample taken 0.6 s before
+    /// the period ends.
+    fn learned_through_an_aged_sample(at: impl Fn(u64) -> (LoadSignal, f64)) -> PowerForecast {
+        let mut f = PowerForecast::new();
+        for period in 1..400u64 {
+            let power_w = (period * 10 - 10..period * 10).map(|t| at(t).1).sum::<f64>() / 10.0;
+            f.observe(&at(period * 10 - 6).0, power_w, 1.0);
+        }
+        f
+    }
+
     /// Requests of a few seconds each, seen through a sample taken 0.6 s before each period ends:
     /// a period between two samples of one phase may still hold some of the next, so only a
     /// period the following sample confirms teaches its phase's power.
@@ -683,11 +694,7 @@ mod tests {
                 _ => (LoadSignal::default(), 15.0),
             }
         };
-        let mut f = PowerForecast::new();
-        for period in 1..400u64 {
-            let power_w = (period * 10 - 10..period * 10).map(|t| at(t).1).sum::<f64>() / 10.0;
-            f.observe(&at(period * 10 - 6).0, power_w, 1.0);
-        }
+        let f = learned_through_an_aged_sample(at);
         assert!((f.idle_w() - 15.0).abs() < 0.5, "idle {}", f.idle_w());
         assert!((f.prefill_w() - 250.0).abs() < 0.5, "prefill {}", f.prefill_w());
 
@@ -700,11 +707,7 @@ mod tests {
                 _ => (LoadSignal::default(), 15.0),
             }
         };
-        let mut f = PowerForecast::new();
-        for period in 1..400u64 {
-            let power_w = (period * 10 - 10..period * 10).map(|t| at(t).1).sum::<f64>() / 10.0;
-            f.observe(&at(period * 10 - 6).0, power_w, 1.0);
-        }
+        let f = learned_through_an_aged_sample(at);
         assert!(!f.confirmed.has(Phase::Prefill) && f.confirmed.has(Phase::Idle), "{:?}", f.confirmed);
         assert!(f.prefill_w() < 250.0, "learned from periods that are part prefill: {}", f.prefill_w());
         assert!((f.idle_w() - 15.0).abs() < 0.5, "idle {}", f.idle_w());
