@@ -379,6 +379,33 @@ def research_agent(seed=15, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def voice_assistant(seed=16, duration=3600.0):
+    """Thirteenth held-out trace: a household's voice assistant for an hour of a busy evening. A
+    conversation starts every 20 s-5 min (every 1-3 min on average) and has 1-5 exchanges: each
+    sends the system prompt, the tools and the history (800-2500 tokens, growing by 60-200 a turn)
+    and gets a short spoken answer (15-120 tokens); the next exchange follows 4-20 s after the
+    answer is read out. Twice an hour someone asks for a recipe or a story (a 600-1500-token
+    answer)."""
+    rng = random.Random(seed)
+    rows, t, conversation = [], rng.uniform(5.0, 60.0), 0
+    long_asks = sorted(rng.uniform(0.0, duration) for _ in range(2))
+    while t < duration:
+        conversation += 1
+        session, at, context = f"v{conversation}", t, rng.randint(800, 2500)
+        for _ in range(rng.randint(1, 5)):
+            out = rng.randint(15, 120)
+            if long_asks and at >= long_asks[0]:
+                long_asks.pop(0)
+                out = rng.randint(600, 1500)
+            rows.append((round(at, 1), context, out, session))
+            context += out + rng.randint(60, 200)
+            # The answer at ~38 tok/s, read out at ~3 words a second, then the next question.
+            at += out / 38.0 + out / 4.0 + rng.uniform(4.0, 20.0)
+        t += min(300.0, max(20.0, rng.expovariate(1.0 / 110.0)))
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -395,3 +422,4 @@ if __name__ == "__main__":
     write("support-desk-holdout.csv", "t_s,prompt_tokens,output_tokens,session", support_desk())
     write("classroom-holdout.csv", "t_s,prompt_tokens,output_tokens,session", classroom())
     write("research-agent-holdout.csv", "t_s,prompt_tokens,output_tokens,session", research_agent())
+    write("voice-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", voice_assistant())
