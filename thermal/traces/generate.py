@@ -406,6 +406,48 @@ def voice_assistant(seed=16, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def meeting_notes(seed=17, duration=3600.0):
+    """Fourteenth held-out trace: an office's meeting assistant for an hour. Two meetings run one
+    after another (25-40 min each, 2-6 min apart); while one runs, the live transcript is cleaned
+    up every 8-20 s (300-800 tokens in, 30-100 out). 10-60 s after a meeting ends its transcript
+    is summarised (8-30 k tokens in, 600-1500 out), then 1-3 action-item requests over the cached
+    transcript follow 5-30 s after each answer (200-600 new tokens on top, 100-400 out). Between
+    and during meetings someone chats now and then (one session every 2-8 min, 1-4 turns of
+    200-1500 tokens and 100-600-token answers, 20-90 s of reading). Within the hour, the first
+    meeting's notes only: the second ends after it."""
+    rng = random.Random(seed)
+    rows, t = [], rng.uniform(30.0, 120.0)
+    for meeting in range(2):
+        end = t + rng.uniform(1500.0, 2400.0)
+        at = t
+        while at < end:
+            rows.append((round(at, 1), rng.randint(300, 800), rng.randint(30, 100), f"m{meeting}live"))
+            at += rng.uniform(8.0, 20.0)
+        at = end + rng.uniform(10.0, 60.0)
+        transcript, out = rng.randint(8000, 30000), rng.randint(600, 1500)
+        rows.append((round(at, 1), transcript, out, f"m{meeting}notes"))
+        context = transcript + out
+        for _ in range(rng.randint(1, 3)):
+            at += out / 30.0 + rng.uniform(5.0, 30.0)
+            context += rng.randint(200, 600)
+            out = rng.randint(100, 400)
+            rows.append((round(at, 1), context, out, f"m{meeting}notes"))
+            context += out
+        t = end + rng.uniform(120.0, 360.0)
+    chat_at, session = rng.uniform(0.0, 240.0), 0
+    while chat_at < duration:
+        session += 1
+        at, context = chat_at, rng.randint(200, 1500)
+        for _ in range(rng.randint(1, 4)):
+            out = rng.randint(100, 600)
+            rows.append((round(at, 1), context, out, f"c{session}"))
+            context += out + rng.randint(50, 300)
+            at += out / 30.0 + rng.uniform(20.0, 90.0)
+        chat_at += rng.uniform(120.0, 480.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -423,3 +465,4 @@ if __name__ == "__main__":
     write("classroom-holdout.csv", "t_s,prompt_tokens,output_tokens,session", classroom())
     write("research-agent-holdout.csv", "t_s,prompt_tokens,output_tokens,session", research_agent())
     write("voice-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", voice_assistant())
+    write("meeting-notes-holdout.csv", "t_s,prompt_tokens,output_tokens,session", meeting_notes())
