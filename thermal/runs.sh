@@ -12,9 +12,10 @@
 #             change too. RUNS=eleventh (a stacked blower 3090 with a degree of room at full
 #             speed, and a classroom) and RUNS=twelfth (a zero-rpm 4080 SUPER and a research
 #             agent's fan-out) were each written and committed before anything ran on them, to
-#             judge one change each, and so was RUNS=thirteenth (a zero-rpm 4060 Ti in a small
-#             case and a household's voice assistant) and RUNS=fourteenth (a zero-rpm RX 7600 XT
-#             in a cramped case and an office's meeting assistant).
+#             judge one change each. So were RUNS=thirteenth (a zero-rpm 4060 Ti in a small
+#             case and a household's voice assistant), run once on the controller as it was as
+#             fresh data, and RUNS=fourteenth (a zero-rpm RX 7600 XT in a cramped case and an
+#             office's meeting assistant), which judged the 10-s junction step (not kept).
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"

@@ -11,6 +11,23 @@ def write(name, header, rows):
             f.write(",".join(str(x) for x in r) + "\n")
 
 
+def chat_sessions(rng, rows, start, duration, turns, grow, tokens_per_s, reading_s, next_session_s, label):
+    """Chat sessions alongside other work, appended to `rows`: from `start` until `duration`, each
+    opens with 200-1500 tokens and has `turns` (a range) turns of 100-600-token answers, the
+    context growing by the answer and `grow` tokens, the next turn after the answer (at
+    `tokens_per_s`) and `reading_s` of reading; the next session `next_session_s()` later."""
+    session = 0
+    while start < duration:
+        session += 1
+        t, context = start, rng.randint(200, 1500)
+        for _ in range(rng.randint(*turns)):
+            out = rng.randint(100, 600)
+            rows.append((round(t, 1), context, out, f"{label}{session}"))
+            context += out + rng.randint(*grow)
+            t += out / tokens_per_s + rng.uniform(*reading_s)
+        start += next_session_s()
+
+
 def chat(seed=1, duration=1800.0):
     """One person chatting: bursts of turns with reading pauses; short prompts, medium answers."""
     rng = random.Random(seed)
@@ -228,16 +245,8 @@ def pipelines(seed=10, duration=3600.0):
             # The step's own time on a ~1400 tok/s prefill, ~42 tok/s decode box, then the next.
             t += prompt / 1400.0 + out / 42.0 + rng.uniform(0.1, 1.5)
         start += rng.uniform(480.0, 720.0)
-    start, session = rng.uniform(5.0, 60.0), 0
-    while start < duration:
-        session += 1
-        t, context = start, rng.randint(200, 1500)
-        for _ in range(rng.randint(2, 6)):
-            out = rng.randint(100, 600)
-            rows.append((round(t, 1), context, out, f"chat{session}"))
-            context += out + rng.randint(20, 200)
-            t += out / 42.0 + rng.uniform(15.0, 60.0)
-        start += rng.expovariate(1.0 / 180.0)
+    chat_sessions(rng, rows, rng.uniform(5.0, 60.0), duration, (2, 6), (20, 200), 42.0, (15.0, 60.0),
+                  lambda: rng.expovariate(1.0 / 180.0), "chat")
     rows.sort()
     return [r for r in rows if r[0] < duration]
 
@@ -434,16 +443,8 @@ def meeting_notes(seed=17, duration=3600.0):
             rows.append((round(at, 1), context, out, f"m{meeting}notes"))
             context += out
         t = end + rng.uniform(120.0, 360.0)
-    chat_at, session = rng.uniform(0.0, 240.0), 0
-    while chat_at < duration:
-        session += 1
-        at, context = chat_at, rng.randint(200, 1500)
-        for _ in range(rng.randint(1, 4)):
-            out = rng.randint(100, 600)
-            rows.append((round(at, 1), context, out, f"c{session}"))
-            context += out + rng.randint(50, 300)
-            at += out / 30.0 + rng.uniform(20.0, 90.0)
-        chat_at += rng.uniform(120.0, 480.0)
+    chat_sessions(rng, rows, rng.uniform(0.0, 240.0), duration, (1, 4), (50, 300), 30.0, (20.0, 90.0),
+                  lambda: rng.uniform(120.0, 480.0), "c")
     rows.sort()
     return [r for r in rows if r[0] < duration]
 
