@@ -16,18 +16,20 @@
 #             case and a household's voice assistant), run once on the controller as it was as
 #             fresh data, and RUNS=fourteenth (a zero-rpm RX 7600 XT in a cramped case and an
 #             office's meeting assistant), which judged the 10-s junction step (not kept).
+#             RUNS=fifteenth (a zero-rpm 5070 Ti with a fast die and an evaluation harness) was
+#             written and committed before anything ran on it, to judge the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual"
   "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
   "rtx4080s-triple" "rtx4060ti-sff"
-  "rx7600xt-cramped")
+  "rx7600xt-cramped" "rtx5070ti-dual")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
   "classroom-holdout" "research-agent-holdout" "voice-assistant-holdout"
-  "meeting-notes-holdout")
+  "meeting-notes-holdout" "eval-harness-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
@@ -49,8 +51,9 @@ each_run() {
       twelfth) set_runs 12 "$ceiling" ;;
       thirteenth) set_runs 13 "$ceiling" ;;
       fourteenth) set_runs 14 "$ceiling" ;;
+      fifteenth) set_runs 15 "$ceiling" ;;
       all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, tenth, eleventh, twelfth, thirteenth, fourteenth or all, not $RUNS" >&2; return 2 ;;
+      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, tenth, eleventh, twelfth, thirteenth, fourteenth, fifteenth or all, not $RUNS" >&2; return 2 ;;
     esac
   done
 }

@@ -28,6 +28,20 @@ def chat_sessions(rng, rows, start, duration, turns, grow, tokens_per_s, reading
         start += next_session_s()
 
 
+def worker_pool(rng, rows, start, jobs, workers, draw_job, job_s, pause_s, label):
+    """`jobs` requests from `workers` client workers that each send the next `pause_s` (a range)
+    after their previous answer, appended to `rows`: `draw_job()` gives (prompt, output) tokens
+    and `job_s(prompt, output)` the seconds a worker waits for its answer. The workers start
+    within half a second of `start`. Returns when the last answer is in."""
+    free = [start + rng.uniform(0.0, 0.5) for _ in range(workers)]
+    for _ in range(jobs):
+        w = min(range(workers), key=lambda i: free[i])
+        prompt, out = draw_job()
+        rows.append((round(free[w], 1), prompt, out, label))
+        free[w] += job_s(prompt, out) + rng.uniform(*pause_s)
+    return max(free)
+
+
 def chat(seed=1, duration=1800.0):
     """One person chatting: bursts of turns with reading pauses; short prompts, medium answers."""
     rng = random.Random(seed)
@@ -263,14 +277,9 @@ def ingest(seed=11, duration=3600.0):
     start, run = rng.uniform(60.0, 180.0), 0
     while start < duration:
         run += 1
-        chunks = rng.randint(40, 160)
-        workers = [start + rng.uniform(0.0, 0.5) for _ in range(3)]
-        for _ in range(chunks):
-            w = min(range(3), key=lambda i: workers[i])
-            prompt, out = rng.randint(1000, 6000), rng.randint(5, 60)
-            rows.append((round(workers[w], 1), prompt, out, f"ingest{run}"))
-            # The chunk's own time on a ~3000 tok/s prefill, ~52 tok/s decode box shared by three.
-            workers[w] += 3 * prompt / 3000.0 + out / 52.0 + rng.uniform(0.05, 0.3)
+        # Each chunk's own time on a ~3000 tok/s prefill, ~52 tok/s decode box shared by three.
+        worker_pool(rng, rows, start, rng.randint(40, 160), 3, lambda: (rng.randint(1000, 6000), rng.randint(5, 60)),
+                    lambda prompt, out: 3 * prompt / 3000.0 + out / 52.0, (0.05, 0.3), f"ingest{run}")
         start += rng.uniform(540.0, 900.0)
     start, session = rng.uniform(10.0, 90.0), 0
     while start < duration:
@@ -449,6 +458,31 @@ def meeting_notes(seed=17, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def eval_harness(seed=18, duration=3600.0):
+    """Fifteenth held-out trace: a model evaluation run in the evening. Three multiple-choice
+    suites of 800-2000 questions (300-2000 tokens in, 1-20 out) through eight client workers, each
+    sending its next question 0.05-0.2 s after its answer; a long-generation suite of 100-200
+    prompts (200-800 tokens in, 300-900 out) through four workers; 2-6 minutes of scoring after
+    each suite; the suites in a random order."""
+    rng = random.Random(seed)
+    rows, t = [], rng.uniform(20.0, 120.0)
+    suites = ["mc0", "mc1", "mc2", "gen"]
+    rng.shuffle(suites)
+    for suite in suites:
+        if suite == "gen":
+            # Four streams at ~40 tok/s each after a ~4000 tok/s prefill.
+            t = worker_pool(rng, rows, t, rng.randint(100, 200), 4,
+                            lambda: (rng.randint(200, 800), rng.randint(300, 900)),
+                            lambda prompt, out: prompt / 4000.0 + out / 40.0, (0.05, 0.2), suite)
+        else:
+            # Eight workers share one ~4000 tok/s prefill: each waits for the others' prompts too.
+            t = worker_pool(rng, rows, t, rng.randint(800, 2000), 8,
+                            lambda: (rng.randint(300, 2000), rng.randint(1, 20)),
+                            lambda prompt, out: 8 * prompt / 4000.0 + out / 50.0, (0.05, 0.2), suite)
+        t += rng.uniform(120.0, 360.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
 if __name__ == "__main__":
     write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
     write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
@@ -467,3 +501,4 @@ if __name__ == "__main__":
     write("research-agent-holdout.csv", "t_s,prompt_tokens,output_tokens,session", research_agent())
     write("voice-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", voice_assistant())
     write("meeting-notes-holdout.csv", "t_s,prompt_tokens,output_tokens,session", meeting_notes())
+    write("eval-harness-holdout.csv", "t_s,prompt_tokens,output_tokens,session", eval_harness())
