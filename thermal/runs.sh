@@ -33,28 +33,27 @@ TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
+# RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
+SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
+  thirteenth fourteenth fifteenth)
+
 each_run() {
-  local ceiling
+  local ceiling n
   for ceiling in limit stock-peak; do
-    case "${RUNS:-first}" in
-      first) set_runs 1 "$ceiling" ;;
-      second) set_runs 2 "$ceiling" ;;
-      third) set_runs 3 "$ceiling" ;;
-      fourth) set_runs 4 "$ceiling" ;;
-      fifth) set_runs 5 "$ceiling" ;;
-      sixth) set_runs 6 "$ceiling" ;;
-      seventh) set_runs 7 "$ceiling" ;;
-      eighth) set_runs 8 "$ceiling" ;;
-      ninth) set_runs 9 "$ceiling" ;;
-      tenth) set_runs 10 "$ceiling" ;;
-      eleventh) set_runs 11 "$ceiling" ;;
-      twelfth) set_runs 12 "$ceiling" ;;
-      thirteenth) set_runs 13 "$ceiling" ;;
-      fourteenth) set_runs 14 "$ceiling" ;;
-      fifteenth) set_runs 15 "$ceiling" ;;
-      all) runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling" ;;
-      *) echo "RUNS must be first, second, third, fourth, fifth, sixth, seventh, eighth, ninth, tenth, eleventh, twelfth, thirteenth, fourteenth, fifteenth or all, not $RUNS" >&2; return 2 ;;
-    esac
+    if [ "${RUNS:-first}" = all ]; then
+      runs_of "${PLANT_SETS[*]:0:SEEN_SETS}" "${TRACE_SETS[*]:0:SEEN_SETS}" "$ceiling"
+      continue
+    fi
+    for n in "${!SET_NAMES[@]}"; do
+      [ "${SET_NAMES[n]}" = "${RUNS:-first}" ] && break
+    done
+    if [ "${SET_NAMES[n]}" != "${RUNS:-first}" ]; then
+      local names
+      names=$(printf '%s, ' "${SET_NAMES[@]}")
+      echo "RUNS must be ${names%, } or all, not $RUNS" >&2
+      return 2
+    fi
+    set_runs $((n + 1)) "$ceiling"
   done
 }
 

@@ -4,6 +4,10 @@ import datetime
 import random
 
 
+# The simple trace format's columns (thermal/README.md); the Azure-style trace keeps Azure's own.
+SIMPLE_HEADER = "t_s,prompt_tokens,output_tokens,session"
+
+
 def write(name, header, rows):
     with open(name, "w") as f:
         f.write(header + "\n")
@@ -278,7 +282,8 @@ def ingest(seed=11, duration=3600.0):
     while start < duration:
         run += 1
         # Each chunk's own time on a ~3000 tok/s prefill, ~52 tok/s decode box shared by three.
-        worker_pool(rng, rows, start, rng.randint(40, 160), 3, lambda: (rng.randint(1000, 6000), rng.randint(5, 60)),
+        worker_pool(rng, rows, start, rng.randint(40, 160), 3,
+                    lambda: (rng.randint(1000, 6000), rng.randint(5, 60)),
                     lambda prompt, out: 3 * prompt / 3000.0 + out / 52.0, (0.05, 0.3), f"ingest{run}")
         start += rng.uniform(540.0, 900.0)
     start, session = rng.uniform(10.0, 90.0), 0
@@ -483,22 +488,23 @@ def eval_harness(seed=18, duration=3600.0):
     rows.sort()
     return [r for r in rows if r[0] < duration]
 
+
 if __name__ == "__main__":
-    write("chat.csv", "t_s,prompt_tokens,output_tokens,session", chat())
-    write("agent.csv", "t_s,prompt_tokens,output_tokens,session", agent())
-    write("batch.csv", "t_s,prompt_tokens,output_tokens,session", batch())
+    write("chat.csv", SIMPLE_HEADER, chat())
+    write("agent.csv", SIMPLE_HEADER, agent())
+    write("batch.csv", SIMPLE_HEADER, batch())
     write("azure-style-holdout.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", azure_style())
-    write("code-assist-holdout.csv", "t_s,prompt_tokens,output_tokens,session", code_assist())
-    write("office-holdout.csv", "t_s,prompt_tokens,output_tokens,session", office())
-    write("kb-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", kb_assistant())
-    write("home-lab-holdout.csv", "t_s,prompt_tokens,output_tokens,session", home_lab())
-    write("parallel-agents-holdout.csv", "t_s,prompt_tokens,output_tokens,session", parallel_agents())
-    write("pipelines-holdout.csv", "t_s,prompt_tokens,output_tokens,session", pipelines())
-    write("ingest-holdout.csv", "t_s,prompt_tokens,output_tokens,session", ingest())
-    write("doc-review-holdout.csv", "t_s,prompt_tokens,output_tokens,session", doc_review())
-    write("support-desk-holdout.csv", "t_s,prompt_tokens,output_tokens,session", support_desk())
-    write("classroom-holdout.csv", "t_s,prompt_tokens,output_tokens,session", classroom())
-    write("research-agent-holdout.csv", "t_s,prompt_tokens,output_tokens,session", research_agent())
-    write("voice-assistant-holdout.csv", "t_s,prompt_tokens,output_tokens,session", voice_assistant())
-    write("meeting-notes-holdout.csv", "t_s,prompt_tokens,output_tokens,session", meeting_notes())
-    write("eval-harness-holdout.csv", "t_s,prompt_tokens,output_tokens,session", eval_harness())
+    write("code-assist-holdout.csv", SIMPLE_HEADER, code_assist())
+    write("office-holdout.csv", SIMPLE_HEADER, office())
+    write("kb-assistant-holdout.csv", SIMPLE_HEADER, kb_assistant())
+    write("home-lab-holdout.csv", SIMPLE_HEADER, home_lab())
+    write("parallel-agents-holdout.csv", SIMPLE_HEADER, parallel_agents())
+    write("pipelines-holdout.csv", SIMPLE_HEADER, pipelines())
+    write("ingest-holdout.csv", SIMPLE_HEADER, ingest())
+    write("doc-review-holdout.csv", SIMPLE_HEADER, doc_review())
+    write("support-desk-holdout.csv", SIMPLE_HEADER, support_desk())
+    write("classroom-holdout.csv", SIMPLE_HEADER, classroom())
+    write("research-agent-holdout.csv", SIMPLE_HEADER, research_agent())
+    write("voice-assistant-holdout.csv", SIMPLE_HEADER, voice_assistant())
+    write("meeting-notes-holdout.csv", SIMPLE_HEADER, meeting_notes())
+    write("eval-harness-holdout.csv", SIMPLE_HEADER, eval_harness())
