@@ -137,6 +137,11 @@ fn nvml_path_through_the_real_nvml_wrapper_and_a_fake_library() {
         assert_eq!(gpu["uid"], want["uuid"], "{fixture}");
         assert_eq!(gpu["telemetry"]["fans"], want["num_fans"], "{fixture}");
         assert_eq!(gpu["telemetry"]["temperature_c"].as_f64(), want["temperature_c"].as_f64(), "{fixture}");
+        assert_eq!(
+            gpu["telemetry"]["power_cap_w"].as_f64().map(|w| w * 1000.0),
+            want["power_limit_mw"].as_f64(),
+            "{fixture}: the enforced power limit, in watts"
+        );
         assert_eq!(gpu["accessible"], true, "{fixture}: {gpu:#}");
         assert_eq!(detection["host"]["drivers"]["nvidia"], config["driver_version"], "{fixture}");
         assert!(detection["host"]["drivers"]["cuda"].is_string(), "{fixture}");
@@ -349,6 +354,7 @@ fn a_gpu_windows_lends_to_wsl2_is_found_through_nvml() {
     assert_eq!(gpu["accessible"], true, "no /dev/nvidia* under WSL2, and none needed: {gpu:#}");
     assert_eq!(gpu["sources"], serde_json::json!(["nvml", "wsl-dxg"]));
     assert_eq!(gpu["uid"], "GPU-3f9b2c71-8e4d-4a06-b5c2-7d1e0a9f6c43");
+    assert_eq!(gpu["telemetry"]["power_cap_w"], Value::Null, "NVML says no enforced limit: {gpu:#}");
     assert!(gpu["warnings"][0].as_str().unwrap().contains("Windows driver keeps its fans"), "{gpu:#}");
     assert_eq!(gpus(&detection).len(), 1, "the paravirtual adapter is the same GPU: {detection:#}");
     assert_eq!(detection["host"]["drivers"]["nvidia"], "572.83");

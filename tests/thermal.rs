@@ -707,12 +707,13 @@ fn sensors_reads_what_the_loop_reads_and_writes_nothing() {
     assert_eq!(report["readings"].as_array().unwrap().len(), 3, "{report:#}");
     assert_eq!(report["readings"][0]["junction_c"], 52.0, "temp2_input: {report:#}");
     assert_eq!(report["readings"][0]["power_w"], 30.0, "power1_average: {report:#}");
+    assert_eq!(report["power_cap_w"], 203.0, "power1_cap: {report:#}");
     assert!(report["cpu_us_per_read"].as_f64().unwrap() > 0.0, "{report:#}");
     let after: Vec<String> = ["pwm1", "pwm1_enable"].iter().map(|f| read(&hwmon.join(f))).collect();
     assert_eq!(before, after);
 
     let dir = tempfile::tempdir().unwrap();
-    let (lib, config) = fake_nvml(dir.path(), 71);
+    let (lib, config) = fake_nvml_with(dir.path(), 71, r#""power_limit_mw": 350000"#);
     let log = dir.path().join("fan.log");
     let out = on_fake_nvml(&config, &log)
         .args(["thermal", "sensors", "--vendor", "nvidia", "--device-id", "0000:01:00.0", "--nvml-lib"])
@@ -722,7 +723,7 @@ fn sensors_reads_what_the_loop_reads_and_writes_nothing() {
         .unwrap();
     let text = ok(out);
     assert!(text.contains("junction 71.0 °C  power 28.0 W  fan - rpm / 30.0 %"), "{text}");
-    assert!(text.contains("2 reads, 0 failed"), "{text}");
+    assert!(text.contains("power limit 350 W; 2 reads, 0 failed"), "{text}");
     assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "", "NVML was asked to change nothing");
 
     let missing = lucebox(&["thermal", "sensors", "--device-id", "0000:03:00.0", "--samples", "1"]);
@@ -813,6 +814,23 @@ fn an_nvidia_fan_is_stopped_through_the_driver_only_where_the_driver_keeps_it_st
     assert_eq!(saved["firmware_stops_below_c"].as_f64(), Some(48.0), "{saved}");
     let resumed = control_in(dir.path(), 48, 40);
     assert_eq!(resumed.iter().position(driven), Some(2), "{resumed:?}");
+}
+
+/// Until the engine has shown a prompt's power, the loop plans prompts at the board power limit
+/// the device reports (NVML's enforced limit here): having seen none, it saves that limit as
+/// the prefill power, and the generic prior where NVML reports no limit.
+#[test]
+fn the_first_prompts_are_planned_at_the_power_limit_the_device_reports() {
+    let prefill_saved = |extra: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let (lib, config) = fake_nvml_with(dir.path(), 45, extra);
+        ok(control_on_fake_nvml(dir.path(), &lib, &config, "0.5"));
+        let forecast = dir.path().join("state/thermal/0000_01_00.0-nouid.forecast.json");
+        let saved: serde_json::Value = serde_json::from_str(&read(&forecast)).unwrap();
+        saved["prefill_w"].as_f64()
+    };
+    assert_eq!(prefill_saved(r#""power_limit_mw": 165000"#), Some(165.0));
+    assert_eq!(prefill_saved(r#""power_limit_mw": 0"#), Some(300.0), "no limit reported: the generic prior");
 }
 
 /// An RDNA3/4 card stops its fan only through its firmware's zero-rpm: the loop resets the curve

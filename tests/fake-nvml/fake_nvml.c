@@ -6,8 +6,10 @@
  *    "devices": [{"name": "NVIDIA GeForce RTX 3090", "pci_bus_id": "00000000:01:00.0",
  *                 "pci_device_id": 571740382, "uuid": "GPU-...", "memory_total_mib": 24576,
  *                 "memory_used_mib": 310, "cc_major": 8, "cc_minor": 6, "temperature_c": 41,
- *                 "power_mw": 28000, "num_fans": 2, "fan_speed_pct": 30,
+ *                 "power_mw": 28000, "power_limit_mw": 350000, "num_fans": 2, "fan_speed_pct": 30,
  *                 "fan_min_pct": 30, "fan_max_pct": 100}]}
+ *
+ * A device without "power_limit_mw" answers the enforced power limit with NVML_ERROR_NOT_SUPPORTED.
  *
  * A device with "lost": 1 answers fan calls with NVML_ERROR_GPU_IS_LOST (a GPU fallen off the bus);
  * one with "no_permission": 1 answers fan writes with NVML_ERROR_NO_PERMISSION (a process that
@@ -43,7 +45,7 @@ struct fake_device {
     unsigned pci_device_id;
     unsigned long long memory_total, memory_used;
     int cc_major, cc_minor;
-    unsigned temperature_c, power_mw, num_fans, fan_min, fan_max;
+    unsigned temperature_c, power_mw, power_limit_mw, num_fans, fan_min, fan_max;
     unsigned fan_speed[MAX_FANS];
     int fan_manual[MAX_FANS];
     int lost, no_permission;
@@ -144,6 +146,7 @@ static nvmlReturn_t load_config(void) {
         d->cc_minor = (int)get_int(p, close, "cc_minor", 0);
         d->temperature_c = (unsigned)get_int(p, close, "temperature_c", 40);
         d->power_mw = (unsigned)get_int(p, close, "power_mw", 20000);
+        d->power_limit_mw = (unsigned)get_int(p, close, "power_limit_mw", 0);
         d->num_fans = (unsigned)get_int(p, close, "num_fans", 0);
         d->lost = (int)get_int(p, close, "lost", 0);
         d->no_permission = (int)get_int(p, close, "no_permission", 0);
@@ -261,6 +264,12 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
     *mw = d->power_mw;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
+    if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->power_limit_mw == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *mw = d->power_limit_mw;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t d, unsigned int *fans) {

@@ -259,12 +259,16 @@ fn read_telemetry(root: &SysRoot, device_dir: &Path, hwmon: Option<&Path>, sysfs
     let value = |file: &str| hwmon.and_then(|h| sysfs::read_u64(&h.join(file)).ok());
     // temp2 is the junction (hotspot) on amdgpu; APUs may only have temp1 (edge).
     let temperature_c = value("temp2_input").or_else(|| value("temp1_input")).map(|m| m as f64 / 1000.0);
-    let power_w = value("power1_average").or_else(|| value("power1_input")).map(|uw| uw as f64 / 1_000_000.0);
+    let watts = |uw: u64| uw as f64 / 1_000_000.0;
+    let power_w = value("power1_average").or_else(|| value("power1_input")).map(watts);
+    // amdgpu reads 0 where the board has no settable limit (some APUs).
+    let power_cap_w = value("power1_cap").filter(|uw| *uw > 0).map(watts);
     let fan_speed_pct = value("pwm1").map(|p| (p.min(255) as f64) * 100.0 / 255.0);
     let has_fan = hwmon.is_some_and(|h| h.join("fan1_input").exists());
     Telemetry {
         temperature_c,
         power_w,
+        power_cap_w,
         busy_pct: sysfs::read_u64(&device_dir.join("gpu_busy_percent")).ok().map(|b| b as f64),
         fans: hwmon.map(|_| u32::from(has_fan)),
         fan_speed_pct,
@@ -386,6 +390,24 @@ mod tests {
         let elsewhere = probe(&root, &[&pci], &[library_gpu("0000:04:00.0")], &host(), &mut Vec::new());
         assert!(!elsewhere[0].sources.contains(&Source::RocmSmi));
         assert_eq!(elsewhere[0].telemetry.power_w, None);
+    }
+
+    /// The board's power limit comes from hwmon's `power1_cap` (microwatts); amdgpu's 0 (no
+    /// settable limit, as on some APUs) is no limit at all.
+    #[test]
+    fn the_power_cap_is_read_in_watts_and_zero_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let pci = bare_card(dir.path());
+        let hwmon = dir.path().join(&pci.sysfs_dir).join("hwmon/hwmon2");
+        fs::create_dir_all(&hwmon).unwrap();
+        let root = SysRoot::new(dir.path());
+        let cap = |microwatts: &str| {
+            fs::write(hwmon.join("power1_cap"), microwatts).unwrap();
+            probe(&root, &[&pci], &[], &host(), &mut Vec::new())[0].telemetry.power_cap_w
+        };
+        assert_eq!(cap("300000000\n"), Some(300.0));
+        assert_eq!(cap("0\n"), None);
+        assert_eq!(cap("garbage\n"), None);
     }
 
     /// A card missing from our table with a small VRAM pool beside a larger GTT pool looks like

@@ -191,6 +191,10 @@ impl Memory {
 pub struct Telemetry {
     pub temperature_c: Option<f64>,
     pub power_w: Option<f64>,
+    /// The board power limit in force now (hwmon `power1_cap`, NVML's enforced limit): what a
+    /// prompt's prefill, which is compute-bound, draws until the device has shown it.
+    #[serde(default)]
+    pub power_cap_w: Option<f64>,
     pub busy_pct: Option<f64>,
     pub fans: Option<u32>,
     pub fan_speed_pct: Option<f64>,

@@ -36,8 +36,23 @@ struct NvmlGpu {
     compute_capability: Option<(u32, u32)>,
     temperature_c: Option<f64>,
     power_w: Option<f64>,
+    power_cap_w: Option<f64>,
     fans: Option<u32>,
     fan_speed_pct: Option<f64>,
+}
+
+impl NvmlGpu {
+    /// The readings NVML gave (it has no sysfs or hwmon paths).
+    fn telemetry(&self) -> Telemetry {
+        Telemetry {
+            temperature_c: self.temperature_c,
+            power_w: self.power_w,
+            power_cap_w: self.power_cap_w,
+            fans: self.fans,
+            fan_speed_pct: self.fan_speed_pct,
+            ..Telemetry::default()
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -153,6 +168,11 @@ fn probe_nvml(lib: &std::path::Path) -> Result<NvmlReport, String> {
                 .map(|c| (c.major as u32, c.minor as u32)),
             temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
             power_w: device.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+            power_cap_w: device
+                .enforced_power_limit()
+                .ok()
+                .filter(|mw| *mw > 0)
+                .map(|mw| f64::from(mw) / 1000.0),
             fans,
             fan_speed_pct: fans.filter(|n| *n > 0).and_then(|_| device.fan_speed(0).ok()).map(f64::from),
         });
@@ -269,13 +289,8 @@ fn build_device(
         warnings,
         uid: nvml.and_then(|g| g.uuid.clone()).or_else(|| proc_info.and_then(|i| i.uuid)),
         telemetry: Telemetry {
-            temperature_c: nvml.and_then(|g| g.temperature_c),
-            power_w: nvml.and_then(|g| g.power_w),
-            busy_pct: None,
-            fans: nvml.and_then(|g| g.fans),
-            fan_speed_pct: nvml.and_then(|g| g.fan_speed_pct),
             sysfs_path: Some(pci.sysfs_dir.display().to_string()),
-            hwmon_path: None,
+            ..nvml.map(NvmlGpu::telemetry).unwrap_or_default()
         },
         rocm_index: None,
     }
@@ -310,15 +325,7 @@ fn lent_by_windows(gpu: &NvmlGpu, driver_version: Option<&str>) -> Device {
             "lent by Windows through {WSL_GPU_NODE} (WSL2): the Windows driver keeps its fans and clocks"
         )],
         uid: gpu.uuid.clone(),
-        telemetry: Telemetry {
-            temperature_c: gpu.temperature_c,
-            power_w: gpu.power_w,
-            busy_pct: None,
-            fans: gpu.fans,
-            fan_speed_pct: gpu.fan_speed_pct,
-            sysfs_path: None,
-            hwmon_path: None,
-        },
+        telemetry: gpu.telemetry(),
         rocm_index: None,
     }
 }

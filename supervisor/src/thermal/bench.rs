@@ -229,7 +229,7 @@ pub fn run(spec: &PlantSpec, trace: &[Request], options: &BenchOptions) -> Resul
 
 /// The learned state a bench run resumes; unlike a device, which relearns a bad part from the
 /// prior, the bench refuses it (a benchmark must start where it says).
-fn resume(files: &LearnedFiles) -> Result<(ModelParams, PowerForecast), ThermalError> {
+fn resume(files: &LearnedFiles) -> Result<(ModelParams, Option<PowerForecast>), ThermalError> {
     let resumed = files.load();
     match resumed.errors.into_iter().next() {
         Some(e) => Err(e),
@@ -315,7 +315,7 @@ fn simulate(
     spec: &PlantSpec,
     trace: &[Request],
     kind: ControllerKind,
-    start: Option<(ModelParams, PowerForecast)>,
+    start: Option<(ModelParams, Option<PowerForecast>)>,
     limit_c: f64,
     steps: usize,
     seed: u64,
@@ -325,6 +325,7 @@ fn simulate(
         junction_limit_c: limit_c,
         min_duty_pct: spec.fan.min_duty_pct,
         zero_rpm: spec.fan.zero_rpm,
+        power_cap_w: spec.limits.power_cap_w,
     };
     let period_steps = ((spec.sensor.period_s / PLANT_DT_S).round() as usize).max(1);
     let period_s = period_steps as f64 * PLANT_DT_S;
@@ -332,7 +333,7 @@ fn simulate(
         ControllerKind::Stock => Driver::Observing(Box::new(Stock::new(spec.stock.curve.clone()))),
         ControllerKind::Target => Driver::Observing(Box::new(Target::new(limits))),
         ControllerKind::Predictive => {
-            let (params, forecast) = start.unwrap_or_else(|| (ModelParams::prior(), PowerForecast::new()));
+            let (params, forecast) = start.unwrap_or_else(|| (ModelParams::prior(), None));
             Driver::Observing(Box::new(UnderSafetyLayer {
                 safety: SafetyLayer::new(limit_c),
                 controller: Predictive::new(limits, params, period_s).with_forecast(forecast),

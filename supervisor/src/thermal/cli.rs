@@ -321,7 +321,7 @@ fn sensors_command(args: SensorsArgs) -> anyhow::Result<ExitCode> {
     };
     let mut sensors = super::sensors::for_device(&device, &root, args.nvml_lib.as_deref())
         .with_context(|| format!("opening the sensors of {}", args.device_id))?;
-    let limit_c = sensors.limit_c();
+    let (limit_c, power_cap_w) = (sensors.limit_c(), sensors.power_cap_w());
     let mut readings = Vec::new();
     let mut failures = 0u32;
     let (mut cpu, mut wall) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
@@ -356,13 +356,15 @@ fn sensors_command(args: SensorsArgs) -> anyhow::Result<ExitCode> {
     let per_read_us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / f64::from(args.samples);
     if args.json {
         let report = serde_json::json!({
-            "device_id": args.device_id, "limit_c": limit_c, "readings": readings, "failures": failures,
+            "device_id": args.device_id, "limit_c": limit_c, "power_cap_w": power_cap_w,
+            "readings": readings, "failures": failures,
             "cpu_us_per_read": per_read_us(cpu), "wall_us_per_read": per_read_us(wall),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        let cap = power_cap_w.map_or("none".to_string(), |w| format!("{w:.0} W"));
         println!(
-            "limit {limit_c:.1} °C; {} reads, {failures} failed; per read {:.0} µs of CPU (this thread), {:.0} µs wall",
+            "limit {limit_c:.1} °C, power limit {cap}; {} reads, {failures} failed; per read {:.0} µs of CPU (this thread), {:.0} µs wall",
             args.samples,
             per_read_us(cpu),
             per_read_us(wall)

@@ -220,6 +220,7 @@ impl DeviceLoop {
             junction_limit_c: limit_c,
             min_duty_pct: range.min_duty_pct,
             zero_rpm: range.zero_rpm,
+            power_cap_w: sensors.power_cap_w(),
         };
         let learned = LearnedFiles::for_device(state_dir, &device.id, device.uid.as_deref());
         let resumed = learned.load();

@@ -32,8 +32,15 @@ const MIN_GAPS: u32 = 3;
 /// (at least 1 s): a pause between sessions says little about how soon a prompt may follow an
 /// answer.
 const GAP_RELAX_CAP: f64 = 3.0;
-/// Prior decode power for one stream and the extra per stream, until measured.
-const DECODE_PRIOR_W: (f64, f64) = (180.0, 10.0);
+/// The board power limit the priors assume where the device reports none.
+const GENERIC_POWER_CAP_W: f64 = 300.0;
+/// A reported limit outside this range is not believed (a driver's placeholder, a unit slip):
+/// the generic one is assumed instead.
+const PLAUSIBLE_POWER_CAP_W: std::ops::RangeInclusive<f64> = 20.0..=1500.0;
+/// Prior decode power for one stream and the extra per stream, as shares of the board's power
+/// limit, until measured: decode streams weights from memory and draws less than the limit
+/// that a compute-bound prefill runs at (180 W and 10 W of a 300 W card).
+const DECODE_PRIOR_SHARE: (f64, f64) = (0.6, 1.0 / 30.0);
 /// Arrivals over this window (or over the span since the first of them, where a burst began
 /// within it) give the rate of the requests still to come ...
 const STREAM_WINDOW_S: f64 = 60.0;
@@ -138,6 +145,10 @@ pub struct PowerForecast {
     /// kept: learned again then).
     #[serde(default)]
     missed_rise: MissedRise,
+    /// The board power limit the device reports now (not saved: it is read again at each start);
+    /// the phase power a device has not shown yet starts from it.
+    #[serde(skip)]
+    power_cap_w: Option<f64>,
 }
 
 /// Which phases' power a confirmed period has taught (see [`PowerForecast::observe`]).
@@ -203,11 +214,20 @@ impl PowerForecast {
     /// Generic priors for a discrete GPU; each is replaced by what the device shows within a
     /// few samples of that phase.
     pub fn new() -> Self {
+        Self::for_power_cap(None)
+    }
+
+    /// Priors for a device that reports its board power limit: a prompt's prefill, which is
+    /// compute-bound, is expected at the limit, and decode at a share of it, until the device
+    /// shows each. A small card is then not planned for a larger one's prefill, nor a large one
+    /// for a smaller one's.
+    pub fn for_power_cap(power_cap_w: Option<f64>) -> Self {
+        let power_cap_w = power_cap_w.filter(|w| PLAUSIBLE_POWER_CAP_W.contains(w));
         Self {
             version: FORMAT_VERSION,
             model: None,
             idle_w: 30.0,
-            prefill_w: 300.0,
+            prefill_w: power_cap_w.unwrap_or(GENERIC_POWER_CAP_W),
             decode_w: [None; MAX_STREAMS_TRACKED],
             prefill_tokens_per_s: 1000.0,
             fast_prefill_tokens_per_s: 0.0,
@@ -227,7 +247,20 @@ impl PowerForecast {
             clock_s: 0.0,
             recent_arrivals: VecDeque::new(),
             missed_rise: MissedRise::default(),
+            power_cap_w,
         }
+    }
+
+    /// A forecast learned before, on a device that reports `power_cap_w` now: what it learned
+    /// stays; what it has not learned, or learns again for another model, starts from the limit.
+    pub fn with_power_cap(mut self, power_cap_w: Option<f64>) -> Self {
+        self.power_cap_w = Self::for_power_cap(power_cap_w).power_cap_w;
+        self
+    }
+
+    /// The board power limit the priors start from.
+    fn prior_cap_w(&self) -> f64 {
+        self.power_cap_w.unwrap_or(GENERIC_POWER_CAP_W)
     }
 
     pub fn missed_rise(&self) -> MissedRise {
@@ -248,13 +281,14 @@ impl PowerForecast {
             return w;
         }
         // Extrapolate from the nearest measured stream count with the prior slope.
-        let slope = DECODE_PRIOR_W.1;
+        let (one_stream, slope) =
+            (DECODE_PRIOR_SHARE.0 * self.prior_cap_w(), DECODE_PRIOR_SHARE.1 * self.prior_cap_w());
         let nearest = (0..MAX_STREAMS_TRACKED)
             .filter_map(|i| self.decode_w[i].map(|w| (i + 1, w)))
             .min_by_key(|(m, _)| m.abs_diff(n));
         match nearest {
             Some((m, w)) => (w + slope * (n as f64 - m as f64)).max(self.idle_w),
-            None => DECODE_PRIOR_W.0 + slope * (n as f64 - 1.0),
+            None => one_stream + slope * (n as f64 - 1.0),
         }
     }
 
@@ -349,7 +383,7 @@ impl PowerForecast {
             return;
         };
         if self.learned_with_another(Some(served)).is_some() {
-            let prior = Self::new();
+            let prior = Self::for_power_cap(self.power_cap_w);
             self.prefill_w = prior.prefill_w;
             self.decode_w = prior.decode_w;
             self.confirmed = ConfirmedPhases { idle: self.confirmed.idle, ..prior.confirmed };
@@ -878,6 +912,40 @@ mod tests {
             f.observe(&signal(vec![slot(id, 600, 600, 4)]), 300.0, 1.0);
         }
         assert!((600.0..700.0).contains(&f.fast_prefill_tokens_per_s), "{}", f.fast_prefill_tokens_per_s);
+    }
+
+    /// A device that reports its board power limit expects a prompt's prefill at the limit and
+    /// decode at a share of it until it shows them; a limit no card has is not believed. Resumed
+    /// on that device, a forecast keeps what it learned, and another model starts again from the
+    /// limit, not from the generic prior.
+    #[test]
+    fn the_priors_follow_the_power_limit_the_device_reports() {
+        let small = PowerForecast::for_power_cap(Some(165.0));
+        assert_eq!(small.prefill_w(), 165.0);
+        assert!((small.decode_w(1) - 99.0).abs() < 1e-9, "{}", small.decode_w(1));
+        assert!((small.decode_w(4) - 115.5).abs() < 1e-9, "5.5 W a stream more: {}", small.decode_w(4));
+        let generic = PowerForecast::new();
+        assert_eq!((generic.prefill_w(), generic.decode_w(1), generic.decode_w(4)), (300.0, 180.0, 210.0));
+        for absurd in [0.0, 5.0, 1e6, f64::NAN, f64::INFINITY] {
+            assert_eq!(PowerForecast::for_power_cap(Some(absurd)).prefill_w(), 300.0, "{absurd} W");
+        }
+
+        let serving =
+            |model: &str, slots: Vec<SlotLoad>| LoadSignal { model: Some(model.into()), ..signal(slots) };
+        let mut learned = PowerForecast::new();
+        for id in 1..=10u32 {
+            for done in [0, 2000, 4000] {
+                learned.observe(&serving("a.gguf", vec![slot(id, 5000, done, 50)]), 160.0, 1.0);
+            }
+            learned.observe(&serving("a.gguf", vec![]), 12.0, 1.0);
+        }
+        let saved = serde_json::to_string(&learned).unwrap();
+        let resumed = serde_json::from_str::<PowerForecast>(&saved).unwrap().with_power_cap(Some(165.0));
+        assert!(learned.prefill_w() < 200.0, "learned from the 160 W shown: {}", learned.prefill_w());
+        assert_eq!(resumed.prefill_w(), learned.prefill_w(), "kept");
+        let mut other = resumed.clone();
+        other.observe(&serving("b.gguf", vec![]), 12.0, 1.0);
+        assert_eq!((other.prefill_w(), other.decode_w(1)), (small.prefill_w(), small.decode_w(1)));
     }
 
     /// A profile that loads another model: what each phase draws and the engine's rates start

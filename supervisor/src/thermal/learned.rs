@@ -29,7 +29,9 @@ pub struct LearnedFiles {
 pub struct Resumed {
     /// The learned model; none where it is missing or cannot be used (the caller picks a prior).
     pub params: Option<ModelParams>,
-    pub forecast: PowerForecast,
+    /// The learned forecast; none where it is missing or cannot be used (the controller starts
+    /// from its device's priors).
+    pub forecast: Option<PowerForecast>,
     pub errors: Vec<ThermalError>,
 }
 
@@ -56,8 +58,7 @@ impl LearnedFiles {
         }
         let mut errors = Vec::new();
         let params = usable(read(&self.model, ModelParams::check), &mut errors);
-        let forecast = usable(read(&self.forecast, PowerForecast::check), &mut errors)
-            .unwrap_or_else(PowerForecast::new);
+        let forecast = usable(read(&self.forecast, PowerForecast::check), &mut errors);
         Resumed { params, forecast, errors }
     }
 
@@ -130,7 +131,7 @@ mod tests {
         let resumed = LearnedFiles::for_device(dir.path(), "0000:03:00.0", None).load();
         assert!(resumed.errors.is_empty(), "{:?}", resumed.errors);
         assert_eq!(resumed.params, None);
-        assert_eq!(resumed.forecast.prefill_w(), PowerForecast::new().prefill_w());
+        assert!(resumed.forecast.is_none());
     }
 
     #[test]
@@ -148,8 +149,9 @@ mod tests {
         let resumed = files.load();
         assert!(resumed.errors.is_empty(), "{:?}", resumed.errors);
         assert_eq!(resumed.params, Some(params));
-        assert_eq!(resumed.forecast.idle_w(), forecast.idle_w());
-        assert!((resumed.forecast.idle_w() - 42.0).abs() < 0.5, "{}", resumed.forecast.idle_w());
+        let resumed_idle_w = resumed.forecast.map(|f| f.idle_w());
+        assert_eq!(resumed_idle_w, Some(forecast.idle_w()));
+        assert!((forecast.idle_w() - 42.0).abs() < 0.5, "{}", forecast.idle_w());
     }
 
     #[test]

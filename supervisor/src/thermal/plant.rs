@@ -49,6 +49,11 @@ pub struct FanSpec {
 pub struct LimitSpec {
     pub junction_limit_c: f64,
     pub junction_critical_c: f64,
+    /// The board power limit the device reports (hwmon `power1_cap`, NVML's enforced limit):
+    /// the one thing of the plant's power a controller sees. Optional: without it the
+    /// controller starts from the generic priors, as on a device that reports none.
+    #[serde(default)]
+    pub power_cap_w: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -136,6 +141,9 @@ impl PlantSpec {
         if !self.ambient_c.is_finite() || self.ambient_c >= self.limits.junction_limit_c {
             return Err(("ambient_c".into(), "must be below limits.junction_limit_c".into()));
         }
+        if let Some(cap) = self.limits.power_cap_w.filter(|w| !(w.is_finite() && *w > 0.0)) {
+            return Err(("limits.power_cap_w".into(), format!("must be a positive number, got {cap}")));
+        }
         if self.limits.junction_critical_c < self.limits.junction_limit_c {
             return Err(("limits.junction_critical_c".into(), "must be at or above junction_limit_c".into()));
         }
@@ -218,6 +226,23 @@ mod tests {
         let text = format!("{}\nbogus = 1\n", include_str!("../../../thermal/plants/r9700-blower.toml"));
         let err = toml::from_str::<PlantSpec>(&text).unwrap_err().to_string();
         assert!(err.contains("bogus"), "{err}");
+    }
+
+    /// The power limit a plant's device reports is optional, and where given a positive number.
+    #[test]
+    fn a_power_limit_is_optional_and_positive() {
+        let mut spec = sample();
+        assert_eq!(spec.limits.power_cap_w, Some(300.0));
+        spec.limits.power_cap_w = None;
+        spec.validate().unwrap();
+        for bad in [0.0, -1.0, f64::NAN] {
+            spec.limits.power_cap_w = Some(bad);
+            assert_eq!(
+                spec.validate().map_err(|(key, _)| key),
+                Err("limits.power_cap_w".to_string()),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What a device shows: junction temperature, board power and fan speed, read from amdgpu hwmon
-//! or NVML, plus the junction limit the device publishes.
+//! or NVML, plus the junction limit and the board power limit the device publishes.
 
 use std::path::{Path, PathBuf};
 
@@ -58,6 +58,10 @@ pub trait SensorSource: Send {
     fn limit_doubt(&self) -> Option<&str> {
         None
     }
+    /// The board power limit in force when the sensors were opened, where the device has one.
+    fn power_cap_w(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// The sensors of `device` as the fan loop reads them: NVML for NVIDIA, else the device's hwmon
@@ -81,13 +85,15 @@ pub fn for_device(
 }
 
 /// amdgpu hwmon: `temp2_input` (junction, m°C; `temp1_input` where there is no junction
-/// sensor), `power1_average`/`power1_input` (µW), `fan1_input` (rpm), `pwm1` (0–255).
+/// sensor), `power1_average`/`power1_input` (µW), `fan1_input` (rpm), `pwm1` (0–255), and the
+/// power limit `power1_cap` (µW; 0 where the board has none).
 pub struct HwmonSensors {
     dir: PathBuf,
     /// Chosen once: a junction file that vanishes later must not silently become the edge.
     junction: PathBuf,
     limit_c: f64,
     limit_doubt: Option<String>,
+    power_cap_w: Option<f64>,
 }
 
 fn read_number(path: &Path) -> Result<f64, SensorError> {
@@ -113,7 +119,8 @@ impl HwmonSensors {
                 (DEFAULT_LIMIT_C, Some(format!("{e}; using a junction limit of {DEFAULT_LIMIT_C:.0} °C")))
             }
         };
-        Self { junction: dir.join(format!("{name}_input")), dir, limit_c, limit_doubt }
+        let power_cap_w = read_number(&dir.join("power1_cap")).ok().filter(|uw| *uw > 0.0).map(|uw| uw / 1e6);
+        Self { junction: dir.join(format!("{name}_input")), dir, limit_c, limit_doubt, power_cap_w }
     }
 }
 
@@ -139,14 +146,20 @@ impl SensorSource for HwmonSensors {
     fn limit_doubt(&self) -> Option<&str> {
         self.limit_doubt.as_deref()
     }
+
+    fn power_cap_w(&self) -> Option<f64> {
+        self.power_cap_w
+    }
 }
 
-/// NVIDIA through NVML: GPU temperature, power usage (mW) and fan speed (%).
+/// NVIDIA through NVML: GPU temperature, power usage (mW) and fan speed (%), and the enforced
+/// power limit (mW).
 pub struct NvmlSensors {
     nvml: Nvml,
     index: u32,
     limit_c: f64,
     limit_doubt: Option<String>,
+    power_cap_w: Option<f64>,
 }
 
 impl NvmlSensors {
@@ -159,13 +172,18 @@ impl NvmlSensors {
         let nvml = super::actuator::load_nvml(lib).map_err(nvml_err)?;
         let index = super::actuator::nvml_index_of(&nvml, bus_id).map_err(nvml_err)?;
         let default = DEFAULT_LIMIT_C - 7.0;
-        let slowdown =
-            nvml.device_by_index(index).and_then(|d| d.temperature_threshold(TemperatureThreshold::Slowdown));
-        let (limit_c, limit_doubt) = match slowdown {
-            Ok(t) => plausible_limit("NVML's slowdown temperature", t as f64 - 5.0, default),
-            Err(_) => (default, None),
+        let (slowdown, power_cap_mw) = match nvml.device_by_index(index) {
+            Ok(d) => {
+                (d.temperature_threshold(TemperatureThreshold::Slowdown).ok(), d.enforced_power_limit().ok())
+            }
+            Err(_) => (None, None),
         };
-        Ok(Self { nvml, index, limit_c, limit_doubt })
+        let (limit_c, limit_doubt) = match slowdown {
+            Some(t) => plausible_limit("NVML's slowdown temperature", t as f64 - 5.0, default),
+            None => (default, None),
+        };
+        let power_cap_w = power_cap_mw.filter(|mw| *mw > 0).map(|mw| f64::from(mw) / 1000.0);
+        Ok(Self { nvml, index, limit_c, limit_doubt, power_cap_w })
     }
 }
 
@@ -185,6 +203,10 @@ impl SensorSource for NvmlSensors {
 
     fn limit_doubt(&self) -> Option<&str> {
         self.limit_doubt.as_deref()
+    }
+
+    fn power_cap_w(&self) -> Option<f64> {
+        self.power_cap_w
     }
 }
 

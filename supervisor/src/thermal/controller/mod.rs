@@ -17,7 +17,7 @@ pub use predictive::Predictive;
 pub use stock::Stock;
 pub use target::Target;
 
-/// What the device publishes about itself: its junction limit and fan range.
+/// What the device publishes about itself: its junction limit, fan range and power limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceLimits {
     pub junction_limit_c: f64,
@@ -25,6 +25,8 @@ pub struct DeviceLimits {
     pub min_duty_pct: f64,
     /// Whether the fan may stop (a command below the floor stops it).
     pub zero_rpm: bool,
+    /// The board power limit, where the device reports one.
+    pub power_cap_w: Option<f64>,
 }
 
 impl DeviceLimits {

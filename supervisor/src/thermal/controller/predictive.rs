@@ -186,7 +186,7 @@ impl Predictive {
         Self {
             limits,
             model: ThermalModel::new(params, dt_s),
-            forecast: PowerForecast::new(),
+            forecast: PowerForecast::for_power_cap(limits.power_cap_w),
             dt_s,
             duty: None,
             sent: None,
@@ -206,9 +206,12 @@ impl Predictive {
         }
     }
 
-    /// Starts from a load forecast learned before (a restart resumes it).
-    pub fn with_forecast(mut self, forecast: PowerForecast) -> Self {
-        self.forecast = forecast;
+    /// Starts from a load forecast learned before (a restart resumes it), or where there is
+    /// none from the priors of the device's power limit.
+    pub fn with_forecast(mut self, forecast: Option<PowerForecast>) -> Self {
+        if let Some(forecast) = forecast {
+            self.forecast = forecast.with_power_cap(self.limits.power_cap_w);
+        }
         self
     }
 
@@ -617,8 +620,25 @@ mod tests {
     use crate::thermal::forecast::MissedRise;
 
     fn controller() -> Predictive {
-        let limits = DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false };
+        let limits =
+            DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false, power_cap_w: None };
         Predictive::new(limits, ModelParams::prior(), 1.0)
+    }
+
+    /// A controller plans prompts at the power limit its device reports until it has seen one;
+    /// a resumed forecast keeps what it learned, and another model starts again from the limit.
+    #[test]
+    fn the_forecast_starts_from_the_power_limit_the_device_reports() {
+        let limits = DeviceLimits { power_cap_w: Some(165.0), ..controller().limits };
+        assert_eq!(Predictive::new(limits, ModelParams::prior(), 1.0).forecast.prefill_w(), 165.0);
+        let serving =
+            |model: &str| lucebox_engine::LoadSignal { model: Some(model.into()), ..Default::default() };
+        let mut saved = PowerForecast::new();
+        saved.observe(&serving("a.gguf"), 12.0, 1.0);
+        let mut resumed = Predictive::new(limits, ModelParams::prior(), 1.0).with_forecast(Some(saved));
+        assert_eq!(resumed.forecast.prefill_w(), 300.0, "as it was saved");
+        resumed.forecast.observe(&serving("b.gguf"), 12.0, 1.0);
+        assert_eq!(resumed.forecast.prefill_w(), 165.0, "another model: from the limit");
     }
 
     /// A controller whose junction still feels the 200 W of work that just drained.
@@ -724,7 +744,7 @@ mod tests {
         let (params, forecast) = c.learned().unwrap();
         let saved = serde_json::to_string(forecast).unwrap();
         let mut resumed =
-            Predictive::new(c.limits, params, 1.0).with_forecast(serde_json::from_str(&saved).unwrap());
+            Predictive::new(c.limits, params, 1.0).with_forecast(Some(serde_json::from_str(&saved).unwrap()));
         resumed.decide(&obs(0.0, 50.0, 30.0, 40.0));
         assert_eq!(resumed.detail().and_then(|d| d.surprise_seen_c), Some(3.5));
         let mut fresh = Predictive::new(c.limits, ModelParams::prior(), 1.0);
@@ -733,7 +753,8 @@ mod tests {
     }
 
     fn zero_rpm() -> Predictive {
-        let limits = DeviceLimits { junction_limit_c: 93.0, min_duty_pct: 30.0, zero_rpm: true };
+        let limits =
+            DeviceLimits { junction_limit_c: 93.0, min_duty_pct: 30.0, zero_rpm: true, power_cap_w: None };
         Predictive::new(limits, ModelParams::prior(), 1.0)
     }
 

@@ -56,7 +56,8 @@ mod tests {
 
     #[test]
     fn pushes_harder_the_hotter_it_stays() {
-        let limits = DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false };
+        let limits =
+            DeviceLimits { junction_limit_c: 95.0, min_duty_pct: 20.0, zero_rpm: false, power_cap_w: None };
         let mut c = Target::new(limits);
         let obs = |t_s: f64, j: f64| Observation {
             t_s,
