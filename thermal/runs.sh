@@ -24,18 +24,18 @@ PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual"
   "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
   "rtx4080s-triple" "rtx4060ti-sff"
-  "rx7600xt-cramped" "rtx5070ti-dual")
+  "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
   "classroom-holdout" "research-agent-holdout" "voice-assistant-holdout"
-  "meeting-notes-holdout" "eval-harness-holdout")
+  "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
 # RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
-  thirteenth fourteenth fifteenth)
+  thirteenth fourteenth fifteenth sixteenth)
 
 each_run() {
   local ceiling n

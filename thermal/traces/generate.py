@@ -489,6 +489,30 @@ def eval_harness(seed=18, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def long_context(seed=19, duration=3600.0):
+    """Sixteenth held-out trace: one writer working on a long story with the whole text in the
+    context: each session opens with 8000-16000 tokens of it, each turn adds 100-500 tokens of
+    instructions and the 300-900-token answer (no prompt cache: every turn prefills it all),
+    20-90 s of reading and editing between turns; now and then (1 turn in 8) a 6000-14000-token
+    chapter is pasted in; 10-25 turns a session, 2-10 minutes between sessions."""
+    rng = random.Random(seed)
+    rows, t, session = [], rng.uniform(10.0, 60.0), 0
+    while t < duration:
+        session += 1
+        context = rng.randint(8000, 16000)
+        for _ in range(rng.randint(10, 25)):
+            if rng.random() < 1.0 / 8.0:
+                context += rng.randint(6000, 14000)
+            context += rng.randint(100, 500)
+            out = rng.randint(300, 900)
+            rows.append((round(t, 1), context, out, f"w{session}"))
+            context += out
+            # The answer streams at ~36 tok/s after the prefill (~2800 tok/s), then reading.
+            t += context / 2800.0 + out / 36.0 + rng.uniform(20.0, 90.0)
+        t += rng.uniform(120.0, 600.0)
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -508,3 +532,4 @@ if __name__ == "__main__":
     write("voice-assistant-holdout.csv", SIMPLE_HEADER, voice_assistant())
     write("meeting-notes-holdout.csv", SIMPLE_HEADER, meeting_notes())
     write("eval-harness-holdout.csv", SIMPLE_HEADER, eval_harness())
+    write("long-context-holdout.csv", SIMPLE_HEADER, long_context())
