@@ -678,6 +678,34 @@ mod tests {
         LoadSignal { requests_processing: slots.len() as u32, slots, ..Default::default() }
     }
 
+    /// [`signal`] from an engine that names the model it serves.
+    fn serving(model: &str, slots: Vec<SlotLoad>) -> LoadSignal {
+        LoadSignal { model: Some(model.into()), ..signal(slots) }
+    }
+
+    /// `requests` 5000-token prompts served with `model`, each prefilled over three samples at
+    /// `prefill_w`, then `decode` samples of it answering, then `idle` samples at `idle_w`.
+    fn serve_prompts(
+        f: &mut PowerForecast,
+        model: &str,
+        requests: u32,
+        prefill_w: f64,
+        decode: &[(u64, f64)],
+        idle: (usize, f64),
+    ) {
+        for id in 1..=requests {
+            for done in [0, 2000, 4000] {
+                f.observe(&serving(model, vec![slot(id, 5000, done, 50)]), prefill_w, 1.0);
+            }
+            for &(remaining, watts) in decode {
+                f.observe(&serving(model, vec![slot(id, 5000, 5000, remaining)]), watts, 1.0);
+            }
+            for _ in 0..idle.0 {
+                f.observe(&serving(model, vec![]), idle.1, 1.0);
+            }
+        }
+    }
+
     #[test]
     fn learns_phase_power_and_rates_then_forecasts_prefill_before_decode() {
         let mut f = PowerForecast::new();
@@ -930,15 +958,8 @@ mod tests {
             assert_eq!(PowerForecast::for_power_cap(Some(absurd)).prefill_w(), 300.0, "{absurd} W");
         }
 
-        let serving =
-            |model: &str, slots: Vec<SlotLoad>| LoadSignal { model: Some(model.into()), ..signal(slots) };
         let mut learned = PowerForecast::new();
-        for id in 1..=10u32 {
-            for done in [0, 2000, 4000] {
-                learned.observe(&serving("a.gguf", vec![slot(id, 5000, done, 50)]), 160.0, 1.0);
-            }
-            learned.observe(&serving("a.gguf", vec![]), 12.0, 1.0);
-        }
+        serve_prompts(&mut learned, "a.gguf", 10, 160.0, &[], (1, 12.0));
         let saved = serde_json::to_string(&learned).unwrap();
         let resumed = serde_json::from_str::<PowerForecast>(&saved).unwrap().with_power_cap(Some(165.0));
         assert!(learned.prefill_w() < 200.0, "learned from the 160 W shown: {}", learned.prefill_w());
@@ -953,20 +974,9 @@ mod tests {
     /// forecast saved before the model was kept adopts the served one and keeps what it learned.
     #[test]
     fn another_model_relearns_phase_power_and_rates_but_keeps_the_users_pattern() {
-        let serving =
-            |model: &str, slots: Vec<SlotLoad>| LoadSignal { model: Some(model.into()), ..signal(slots) };
         let mut f = PowerForecast::new();
-        for id in 1..=20u32 {
-            for done in [0, 2000, 4000] {
-                f.observe(&serving("a.gguf", vec![slot(id, 5000, done, 50)]), 420.0, 1.0);
-            }
-            for k in 0..5u64 {
-                f.observe(&serving("a.gguf", vec![slot(id, 5000, 5000, 40 - 10 * k)]), 150.0, 1.0);
-            }
-            for _ in 0..5 {
-                f.observe(&serving("a.gguf", vec![]), 25.0, 1.0);
-            }
-        }
+        let decode: Vec<(u64, f64)> = (0..5u64).map(|k| (40 - 10 * k, 150.0)).collect();
+        serve_prompts(&mut f, "a.gguf", 20, 420.0, &decode, (5, 25.0));
         f.missed_rise_mut().fold(6.0, 120.0);
         let learned = f.clone();
         assert_eq!(learned.model(), Some("a.gguf"));
