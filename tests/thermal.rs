@@ -613,16 +613,7 @@ fn sigkill_while_low_then_reset(name: &str, arch: &str, hwmon: &str, file: &str,
     let (_dir, root) = fixture(name);
     let state = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_lucebox"))
-        .args([
-            "thermal",
-            "control",
-            "--root",
-            root.to_str().unwrap(),
-            "--state-dir",
-            state.path().to_str().unwrap(),
-        ])
-        .args(["--device-id", "0000:03:00.0", "--arch", arch, "--sysfs", DEV])
-        .args(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50"])
+        .args(control_of_tree(&root, state.path(), arch, hwmon, None))
         .spawn()
         .unwrap();
     let target = root.join(DEV).join(file);
@@ -742,13 +733,7 @@ fn nvml_fans_are_driven_per_fan_and_handed_back_on_exit_and_by_reset() {
         let out = on_fake_nvml(&config, &log).args(args).output().unwrap();
         ok(out)
     };
-    let state = dir.path().join("state");
-    run(&["thermal", "control", "--vendor", "nvidia", "--device-id", "0000:01:00.0"]
-        .iter()
-        .copied()
-        .chain(["--nvml-lib", lib.to_str().unwrap(), "--state-dir", state.to_str().unwrap()])
-        .chain(["--seconds", "0.5", "--period-ms", "50"])
-        .collect::<Vec<_>>());
+    ok(control_on_fake_nvml(dir.path(), &lib, &config, "0.5"));
     let lines: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(String::from).collect();
     let set: Vec<&String> = lines.iter().filter(|l| l.starts_with("set_fan_speed 0 ")).collect();
     assert!(set.iter().any(|l| l.starts_with("set_fan_speed 0 0 ")), "{lines:?}");
@@ -891,14 +876,26 @@ fn an_rdna_fan_is_stopped_through_its_firmware_only_where_its_zero_rpm_keeps_it_
     assert_left_to_firmware(&out, "0000:03:00.0", &["fan_zero_rpm_enable: unexpected contents"]);
 }
 
+/// The arguments of `thermal control` for the card of a captured tree at `root` (`arch`, its
+/// hwmon directory `hwmon`), at 50 ms periods, for `seconds` or until killed.
+fn control_of_tree(root: &Path, state: &Path, arch: &str, hwmon: &str, seconds: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = ["thermal", "control", "--root", root.to_str().unwrap()]
+        .into_iter()
+        .chain(["--state-dir", state.to_str().unwrap()])
+        .chain(["--device-id", "0000:03:00.0", "--arch", arch, "--sysfs", DEV])
+        .chain(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50"])
+        .map(String::from)
+        .collect();
+    if let Some(seconds) = seconds {
+        args.extend(["--seconds".to_string(), seconds.to_string()]);
+    }
+    args
+}
+
 /// `thermal control` of the R9700 tree's card for `seconds`, at 50 ms periods.
 fn control_rdna4(root: &Path, state: &Path, seconds: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lucebox"));
-    command
-        .args(["thermal", "control", "--root", root.to_str().unwrap()])
-        .args(["--state-dir", state.to_str().unwrap()])
-        .args(["--device-id", "0000:03:00.0", "--arch", "gfx1201", "--sysfs", DEV])
-        .args(["--hwmon", &format!("{DEV}/hwmon/hwmon3"), "--period-ms", "50", "--seconds", seconds]);
+    command.args(control_of_tree(root, state, "gfx1201", "hwmon3", Some(seconds)));
     command
 }
 
@@ -944,10 +941,7 @@ fn a_read_only_sysfs_leaves_the_fan_to_its_firmware_and_says_why() {
             .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
             .arg(&root)
             .arg(env!("CARGO_BIN_EXE_lucebox"))
-            .args(["thermal", "control", "--root", root.to_str().unwrap()])
-            .args(["--state-dir", state.path().to_str().unwrap()])
-            .args(["--device-id", "0000:03:00.0", "--arch", arch, "--sysfs", DEV])
-            .args(["--hwmon", &format!("{DEV}/hwmon/{hwmon}"), "--period-ms", "50", "--seconds", "0.3"])
+            .args(control_of_tree(&root, state.path(), arch, hwmon, Some("0.3")))
             .output()
             .unwrap();
         assert_left_to_firmware(&out, "0000:03:00.0", &["Read-only file system"]);
