@@ -218,7 +218,8 @@ async fn another_served_model_is_reported_and_its_power_relearned() {
         rig = rig.stop().await;
         let saved = read();
         assert_eq!(saved["model"], served, "{life}: {saved}");
-        let prefill_w = if life == "same model" { 555.0 } else { 300.0 }; // the prior's
+        // Another model starts again from the prior: the tree's power limit (`power1_cap`).
+        let prefill_w = if life == "same model" { 555.0 } else { 203.0 };
         assert_eq!(saved["prefill_w"], prefill_w, "{life}: {saved}");
         assert_eq!(saved["typical_output_tokens"], 777.0, "{life}: the users' pattern was lost: {saved}");
     }
