@@ -253,6 +253,7 @@ async fn the_status_says_why_the_fan_runs_at_its_duty_while_the_controller_drive
     let t = thermal();
     let (why, decision) = (t.why.unwrap(), t.decision.expect("the plans' numbers beside the line"));
     assert_eq!(t.mode, "predictive");
+    assert_eq!(t.power_cap_w, Some(203.0), "the tree's power1_cap, which the forecast starts from");
     assert!(why.starts_with("stopped") || why.contains(" % "), "{why}");
     assert!(decision.budget_c < t.limit_c.unwrap(), "{decision:?}");
     // The pwm register reads back what was sent, so the fan shows no lag: the fastest is assumed.

@@ -103,6 +103,9 @@ pub struct ThermalStatus {
     pub fan_duty_pct: Option<f64>,
     pub fan_rpm: Option<f64>,
     pub limit_c: Option<f64>,
+    /// The board power limit the device reported when the loop opened: what the forecast plans
+    /// a prompt's prefill at until the device has shown it.
+    pub power_cap_w: Option<f64>,
     /// Highest junction temperature the model predicts over its horizon.
     pub predicted_peak_c: Option<f64>,
     /// `predictive`, `firmware-auto`, `full-speed`, ...

@@ -454,6 +454,7 @@ impl DeviceLoop {
             fan_duty_pct: r.and_then(|r| r.fan_duty_pct),
             fan_rpm: r.and_then(|r| r.fan_rpm),
             limit_c: Some(self.limit_c),
+            power_cap_w: self.sensors.power_cap_w(),
             predicted_peak_c: self.controller.predicted_peak_c(),
             mode: self.mode.map(Mode::name).unwrap_or("starting").to_string(),
             actuator: self.actuator.kind().to_string(),
