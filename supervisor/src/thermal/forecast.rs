@@ -56,6 +56,11 @@ const MISSED_RISE_HALF_LIFE_S: f64 = 690.0;
 /// ... and trusted once this much of it has been seen.
 const MISSED_RISE_TRUSTED_AFTER_S: f64 = 60.0;
 
+/// A reported board power limit, where it is one a card can have.
+fn plausible_cap(power_cap_w: Option<f64>) -> Option<f64> {
+    power_cap_w.filter(|w| PLAUSIBLE_POWER_CAP_W.contains(w))
+}
+
 /// Which phase the engine was in over one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -222,7 +227,7 @@ impl PowerForecast {
     /// shows each. A small card is then not planned for a larger one's prefill, nor a large one
     /// for a smaller one's.
     pub fn for_power_cap(power_cap_w: Option<f64>) -> Self {
-        let power_cap_w = power_cap_w.filter(|w| PLAUSIBLE_POWER_CAP_W.contains(w));
+        let power_cap_w = plausible_cap(power_cap_w);
         Self {
             version: FORMAT_VERSION,
             model: None,
@@ -254,7 +259,7 @@ impl PowerForecast {
     /// A forecast learned before, on a device that reports `power_cap_w` now: what it learned
     /// stays; what it has not learned, or learns again for another model, starts from the limit.
     pub fn with_power_cap(mut self, power_cap_w: Option<f64>) -> Self {
-        self.power_cap_w = Self::for_power_cap(power_cap_w).power_cap_w;
+        self.power_cap_w = plausible_cap(power_cap_w);
         self
     }
 
