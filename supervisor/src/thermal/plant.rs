@@ -115,7 +115,8 @@ impl PlantSpec {
             ("sensor.resolution_c", self.sensor.resolution_c),
             ("sensor.period_s", self.sensor.period_s),
         ];
-        for (key, value) in positive {
+        let power_cap = self.limits.power_cap_w.map(|w| ("limits.power_cap_w", w));
+        for (key, value) in positive.into_iter().chain(power_cap) {
             if !(value.is_finite() && value > 0.0) {
                 return Err((key.into(), format!("must be a positive number, got {value}")));
             }
@@ -140,9 +141,6 @@ impl PlantSpec {
         }
         if !self.ambient_c.is_finite() || self.ambient_c >= self.limits.junction_limit_c {
             return Err(("ambient_c".into(), "must be below limits.junction_limit_c".into()));
-        }
-        if let Some(cap) = self.limits.power_cap_w.filter(|w| !(w.is_finite() && *w > 0.0)) {
-            return Err(("limits.power_cap_w".into(), format!("must be a positive number, got {cap}")));
         }
         if self.limits.junction_critical_c < self.limits.junction_limit_c {
             return Err(("limits.junction_critical_c".into(), "must be at or above junction_limit_c".into()));
