@@ -75,6 +75,9 @@ pub struct DecisionDetail {
     /// where the queue fills the horizon, or for a fan that never stops: its plans see the queue
     /// alone).
     pub stream_w: f64,
+    /// Power of work the queue did not show that every period of the last 20 s drew: the plans
+    /// expect it to go on once the queue drains, until the fan has had time to answer.
+    pub unforeseen_w: f64,
     /// A zero-rpm fan could stop with room for a prompt at any time.
     pub stop_safe: bool,
     /// A stopped fan may stay stopped now.
@@ -102,7 +105,7 @@ pub struct DecisionDetail {
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c,firmware_stops_below_c,firmware_would_spin";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,unforeseen_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c,firmware_stops_below_c,firmware_would_spin";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -122,11 +125,13 @@ impl DecisionDetail {
             return format!("{command_pct:.0} %: the reactive curve just under the limit");
         }
         if !self.held {
-            let stream = if self.stream_w >= 1.0 {
-                format!(", counting {:.0} W of requests still to come", self.stream_w)
-            } else {
-                String::new()
-            };
+            let mut stream = String::new();
+            if self.stream_w >= 1.0 {
+                stream += &format!(", counting {:.0} W of requests still to come", self.stream_w);
+            }
+            if self.unforeseen_w >= 1.0 {
+                stream += &format!(", and {:.0} W of work the queue does not show", self.unforeseen_w);
+            }
             let lowest = match (self.at_floor, self.firmware_would_spin) {
                 (true, true) => " (the fan's lowest: stopped, its firmware would spin it faster)",
                 (true, false) => " (the fan's lowest)",
@@ -147,12 +152,13 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{},{},{}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{},{},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
             self.reserve_max_c,
             self.stream_w,
+            self.unforeseen_w,
             u8::from(self.stop_safe),
             u8::from(self.stays_stopped),
             self.required_pct,
