@@ -115,6 +115,8 @@ pub struct Predictive {
     detail: Option<DecisionDetail>,
     seen_surprise: SeenSurprise,
     unforeseen: UnforeseenPower,
+    /// When this controller last decided (`Observation::t_s`).
+    last_seen_s: Option<f64>,
 }
 
 /// Measures how much warmer the junction got than the plans' power said, within the time the fan
@@ -264,6 +266,7 @@ impl Predictive {
             detail: None,
             seen_surprise: SeenSurprise::default(),
             unforeseen: UnforeseenPower::default(),
+            last_seen_s: None,
         }
     }
 
@@ -555,8 +558,14 @@ impl Controller for Predictive {
     }
 
     fn decide(&mut self, obs: &Observation) -> f64 {
+        // The safety layer holds the fan without asking this controller (full speed at the
+        // limit, firmware auto on a bad sensor): the forecast then learns its rates over the
+        // whole time since it last looked, not a period (a prompt prefilled over those seconds is
+        // no prompt prefilled within one).
+        let since_s = self.last_seen_s.map_or(self.dt_s, |t| (obs.t_s - t).max(self.dt_s));
+        self.last_seen_s = Some(obs.t_s);
         if let Some(load) = &obs.load {
-            self.forecast.observe(load, obs.power_w, self.dt_s);
+            self.forecast.observe(load, obs.power_w, since_s);
         }
         // A stop hands a zero-rpm fan back to its firmware: what the fan does then shows where
         // the firmware stops it, and nothing of its lag.
@@ -877,6 +886,45 @@ mod tests {
 
         let bursts = run(7);
         assert_eq!(bursts.detail().unwrap().unforeseen_w, 0.0, "an idle period every 7 s");
+    }
+
+    /// The safety layer held the fan at full speed for nine periods without asking the
+    /// controller, while a long prompt finished prefilling: the forecast learns that the 11 424
+    /// tokens took ten seconds, not one, and still plans the next long prompt over many periods.
+    #[test]
+    fn a_prompt_that_finished_while_the_safety_layer_held_the_fan_is_not_taken_as_fast() {
+        let prompt = |done: u64, decoded: u64| lucebox_engine::LoadSignal {
+            requests_processing: 1,
+            slots: vec![lucebox_engine::SlotLoad {
+                id: 1,
+                is_processing: true,
+                prompt_tokens: 36_000,
+                prompt_processed: done,
+                decoded_tokens: decoded,
+                remaining_tokens: Some(600 - decoded),
+            }],
+            ..Default::default()
+        };
+        let observed = |t_s: f64, load| Observation { load: Some(load), ..obs(t_s, 80.0, 350.0, 100.0) };
+        let mut c = controller();
+        c.decide(&observed(0.0, prompt(22_528, 0)));
+        c.decide(&observed(1.0, prompt(24_576, 0)));
+        c.decide(&observed(10.0, prompt(36_000, 100)));
+        let next = lucebox_engine::LoadSignal {
+            slots: vec![lucebox_engine::SlotLoad {
+                id: 2,
+                decoded_tokens: 0,
+                remaining_tokens: Some(600),
+                ..prompt(0, 0).slots[0]
+            }],
+            ..prompt(0, 0)
+        };
+        let power = c.forecast.power(Some(&next), 90, 1.0);
+        let prefill_s = power.iter().take_while(|&&p| p == c.forecast.prefill_w()).count();
+        assert!(
+            prefill_s >= 10,
+            "36 000 tokens planned over {prefill_s} s: read as 11 424 tokens in one period"
+        );
     }
 
     /// The room kept for a surprise is what its size calls for, capped by the rise this device
