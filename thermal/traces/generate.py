@@ -513,6 +513,29 @@ def long_context(seed=19, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def translation(seed=20, duration=3600.0):
+    """Seventeenth held-out trace: a small agency's document translation for an hour. A batch tool
+    splits each document into 800-3000-token chunks and sends them through three client workers,
+    each sending its next chunk 0.1-0.5 s after its answer, each answer 0.9-1.2 times its chunk's
+    length; 4-9 documents of 10-60 chunks, 1-8 minutes apart while people review them. Alongside,
+    two translators chat with the model about terminology."""
+    rng = random.Random(seed)
+    rows, t = [], rng.uniform(15.0, 90.0)
+    for doc in range(rng.randint(4, 9)):
+        def chunk():
+            prompt = rng.randint(800, 3000)
+            return prompt, int(prompt * rng.uniform(0.9, 1.2))
+        # Three streams at ~45 tok/s each after a ~3000 tok/s prefill.
+        t = worker_pool(rng, rows, t, rng.randint(10, 60), 3, chunk,
+                        lambda prompt, out: prompt / 3000.0 + out / 45.0, (0.1, 0.5), f"doc{doc + 1}")
+        t += rng.uniform(60.0, 480.0)
+    for person in ("a", "b"):
+        chat_sessions(rng, rows, rng.uniform(0.0, 300.0), duration, (3, 9), (20, 200), 45.0,
+                      (15.0, 120.0), lambda: rng.uniform(300.0, 900.0), f"term-{person}")
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -533,3 +556,4 @@ if __name__ == "__main__":
     write("meeting-notes-holdout.csv", SIMPLE_HEADER, meeting_notes())
     write("eval-harness-holdout.csv", SIMPLE_HEADER, eval_harness())
     write("long-context-holdout.csv", SIMPLE_HEADER, long_context())
+    write("translation-holdout.csv", SIMPLE_HEADER, translation())
