@@ -182,8 +182,10 @@ impl SeenSurprise {
 /// drew more, the least of those misses is taken to go on. Several people's prompts arriving
 /// unannounced miss some periods and not others, so they count nothing here (the surprise
 /// reserve keeps room for them).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct UnforeseenPower {
+    /// Periods of `UNFORESEEN_WINDOW_S`.
+    window: usize,
     /// The first steps of the power each recent plan expected, the newest last.
     planned: VecDeque<Vec<f64>>,
     /// What each period of the window drew over its plan (W; negative where less), newest last.
@@ -191,9 +193,14 @@ struct UnforeseenPower {
 }
 
 impl UnforeseenPower {
+    /// Keeps the misses of the last `window` periods.
+    fn new(window: usize) -> Self {
+        Self { window: window.max(1), planned: VecDeque::new(), misses: VecDeque::with_capacity(window) }
+    }
+
     /// Folds in the power seen over the period just ended, against the plan made `lead` periods
-    /// ago, keeping the last `window` periods' misses.
-    fn observe(&mut self, power_w: f64, lead: usize, window: usize) {
+    /// ago.
+    fn observe(&mut self, power_w: f64, lead: usize) {
         let Some(&expected) = self
             .planned
             .len()
@@ -203,7 +210,7 @@ impl UnforeseenPower {
         else {
             return;
         };
-        if self.misses.len() >= window {
+        if self.misses.len() >= self.window {
             self.misses.pop_front();
         }
         self.misses.push_back(power_w - expected);
@@ -218,10 +225,10 @@ impl UnforeseenPower {
         }
     }
 
-    /// The power (W) every period of a full `window` drew over its plan, at least; 0 until the
+    /// The power (W) every period of a full window drew over its plan, at least; 0 until the
     /// window is full.
-    fn sustained_w(&self, window: usize) -> f64 {
-        if self.misses.len() < window.max(1) {
+    fn sustained_w(&self) -> f64 {
+        if self.misses.len() < self.window {
             return 0.0;
         }
         self.misses.iter().copied().fold(f64::INFINITY, f64::min).max(0.0)
@@ -265,7 +272,7 @@ impl Predictive {
             down_wait: 0,
             detail: None,
             seen_surprise: SeenSurprise::default(),
-            unforeseen: UnforeseenPower::default(),
+            unforeseen: UnforeseenPower::new((UNFORESEEN_WINDOW_S / dt_s).round() as usize),
             last_seen_s: None,
         }
     }
@@ -493,16 +500,10 @@ impl Predictive {
         ((BIAS_WINDOW_S / self.dt_s).round() as usize).max(1)
     }
 
-    /// Periods of [`UNFORESEEN_WINDOW_S`].
-    fn unforeseen_window(&self) -> usize {
-        ((UNFORESEEN_WINDOW_S / self.dt_s).round() as usize).max(1)
-    }
-
-    /// `power` with the work the queue did not show going on once the known work drains
-    /// (`drained` steps from now), fading over the fan's answer time (`lead` periods) from now:
-    /// by then a plan that saw it has answered.
-    fn with_unforeseen(&self, power: &[f64], drained: usize, lead: usize) -> Vec<f64> {
-        let unforeseen_w = self.unforeseen.sustained_w(self.unforeseen_window());
+    /// `power` with `unforeseen_w` of work the queue did not show going on once the known work
+    /// drains (`drained` steps from now), fading over the fan's answer time (`lead` periods) from
+    /// now: by then a plan that saw it has answered.
+    fn with_unforeseen(&self, power: &[f64], unforeseen_w: f64, drained: usize, lead: usize) -> Vec<f64> {
         let answer_s = lead as f64 * self.dt_s;
         power
             .iter()
@@ -589,7 +590,7 @@ impl Controller for Predictive {
         self.learn_bias(obs);
         // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
         let lead = self.surprise_lead();
-        self.unforeseen.observe(obs.power_w, lead, self.unforeseen_window());
+        self.unforeseen.observe(obs.power_w, lead);
         if let Some(rise_c) = self.seen_surprise.rise_c(&self.model, &self.replay, lead) {
             self.forecast.missed_rise_mut().fold(rise_c, self.dt_s);
         }
@@ -622,7 +623,8 @@ impl Controller for Predictive {
         self.seen_surprise.record_plan(&foreseen, lead);
         self.unforeseen.record_plan(&foreseen, self.longest_lead());
         let drained = self.forecast.work_steps(&known);
-        let power = self.with_unforeseen(&foreseen, drained, lead);
+        let unforeseen_w = self.unforeseen.sustained_w();
+        let power = self.with_unforeseen(&foreseen, unforeseen_w, drained, lead);
         let limit = self.limits.junction_limit_c;
         // A model that has lately run cool (a fit still poor in this region) gets more room.
         let margin = MARGIN_C + (self.model_bias_c - BIAS_DEADBAND_C).max(0.0);
@@ -663,7 +665,7 @@ impl Controller for Predictive {
             model_bias_c: self.model_bias_c,
             reserve_max_c: reserve.iter().copied().fold(0.0, f64::max),
             stream_w: foreseen.get(drained).zip(known.get(drained)).map_or(0.0, |(p, k)| p - k),
-            unforeseen_w: self.unforeseen.sustained_w(self.unforeseen_window()),
+            unforeseen_w,
             stop_safe,
             stays_stopped,
             required_pct: required,
@@ -826,9 +828,9 @@ mod tests {
     #[test]
     fn unforeseen_power_is_the_least_miss_of_a_window_where_every_period_missed() {
         let (lead, window) = (3, 5);
-        let mut unforeseen = UnforeseenPower::default();
+        let mut unforeseen = UnforeseenPower::new(window);
         let period = |u: &mut UnforeseenPower, power_w: f64| {
-            u.observe(power_w, lead, window);
+            u.observe(power_w, lead);
             u.record_plan(&[30.0; 90], 20);
         };
         for _ in 0..lead {
@@ -838,20 +840,20 @@ mod tests {
         for power_w in [500.0, 450.0, 520.0, 480.0] {
             period(&mut unforeseen, power_w);
         }
-        assert_eq!(unforeseen.sustained_w(window), 0.0, "four periods of a five-period window");
+        assert_eq!(unforeseen.sustained_w(), 0.0, "four periods of a five-period window");
         period(&mut unforeseen, 510.0);
-        assert_eq!(unforeseen.sustained_w(window), 420.0, "450 W over the 30 W planned, the least");
+        assert_eq!(unforeseen.sustained_w(), 420.0, "450 W over the 30 W planned, the least");
         period(&mut unforeseen, 30.0);
-        assert_eq!(unforeseen.sustained_w(window), 0.0, "a period as planned: the work let up");
+        assert_eq!(unforeseen.sustained_w(), 0.0, "a period as planned: the work let up");
         for _ in 0..window - 1 {
             period(&mut unforeseen, 500.0);
         }
-        assert_eq!(unforeseen.sustained_w(window), 0.0, "the planned period is still in the window");
+        assert_eq!(unforeseen.sustained_w(), 0.0, "the planned period is still in the window");
         period(&mut unforeseen, 500.0);
-        assert_eq!(unforeseen.sustained_w(window), 470.0);
+        assert_eq!(unforeseen.sustained_w(), 470.0);
         assert_eq!(unforeseen.misses.len(), window, "bounded by the window");
         period(&mut unforeseen, 10.0);
-        assert_eq!(unforeseen.sustained_w(window), 0.0, "less than planned is no miss to keep");
+        assert_eq!(unforeseen.sustained_w(), 0.0, "less than planned is no miss to keep");
     }
 
     /// Work no queue shows (here an engine that shows none): the card draws 450 W period after
@@ -876,11 +878,11 @@ mod tests {
             "{unforeseen_w} W: the whole 450 W over the idle power the plans expected"
         );
         let lead = sustained.surprise_lead();
-        let plan = sustained.with_unforeseen(&[planned_idle; 90], 0, lead);
+        let plan = sustained.with_unforeseen(&[planned_idle; 90], unforeseen_w, 0, lead);
         assert!((plan[0] - 450.0).abs() < 1e-9, "now: the power seen");
         let answered = plan[lead] - planned_idle;
         assert!((answered / unforeseen_w - (-1.0f64).exp()).abs() < 1e-9, "faded by e over the answer");
-        let after_queue = sustained.with_unforeseen(&[200.0, 200.0, planned_idle], 2, lead);
+        let after_queue = sustained.with_unforeseen(&[200.0, 200.0, planned_idle], unforeseen_w, 2, lead);
         assert_eq!(after_queue[..2], [200.0, 200.0], "the queue's own work is planned as it is");
         assert!(after_queue[2] > planned_idle);
 
