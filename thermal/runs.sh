@@ -17,28 +17,32 @@
 #             fresh data, and RUNS=fourteenth (a zero-rpm RX 7600 XT in a cramped case and an
 #             office's meeting assistant), which judged the 10-s junction step (not kept).
 #             RUNS=fifteenth (a zero-rpm 5070 Ti with a fast die and an evaluation harness)
-#             judged the power-limit prior, and RUNS=sixteenth (a 3090 Ti with a liquid cooler
-#             and long-context prompts) the unforeseen work. RUNS=seventeenth (a zero-rpm 5080
-#             with a flow-through cooler and a translation batch) was written and committed
-#             before anything ran on it, to judge the next change.
+#             judged the power-limit prior, RUNS=sixteenth (a 3090 Ti with a liquid cooler and
+#             long-context prompts) the unforeseen work, and RUNS=seventeenth (a zero-rpm 5080
+#             with a flow-through cooler and a translation batch) that and the forecast across
+#             the safety layer's holds. RUNS=eighteenth (a zero-rpm 5060 Ti in a cupboard and a
+#             mailbox assistant) was written and committed before anything ran on it, to judge
+#             the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
   "rx7900xtx-ref" "rtx4070-itx rx9070xt-triple" "rtx3080-twin" "rx7800xt-dual"
   "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
   "rtx4080s-triple" "rtx4060ti-sff"
-  "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow")
+  "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow"
+  "rtx5060ti-closet")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
   "classroom-holdout" "research-agent-holdout" "voice-assistant-holdout"
-  "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout")
+  "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout"
+  "email-triage-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
 # RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
-  thirteenth fourteenth fifteenth sixteenth seventeenth)
+  thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth)
 
 each_run() {
   local ceiling n

@@ -536,6 +536,43 @@ def translation(seed=20, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def email_triage(seed=21, duration=3600.0):
+    """Eighteenth held-out trace: a small office's mailbox assistant for an hour. Each email that
+    arrives (one every 15-150 s) is classified (500-3000 tokens in, 5-40 out) and one in four gets
+    a draft reply (the email and 300 tokens of instructions in, 150-500 out) right after; two to
+    four times an hour a mailing list syncs 30-80 emails at once, which two client workers triage
+    back to back, each sending the next 0.05-0.3 s after its answer; twice an hour a newsletter
+    digest (20-40 k tokens in, 400-1000 out); one person chats with the model now and then."""
+    rng = random.Random(seed)
+    rows = []
+
+    def triage():
+        email = rng.randint(500, 3000)
+        if rng.random() < 0.25:
+            return [(email, rng.randint(5, 40)), (email + 300, rng.randint(150, 500))]
+        return [(email, rng.randint(5, 40))]
+
+    t = rng.uniform(5.0, 60.0)
+    while t < duration:
+        for prompt, out in triage():
+            rows.append((round(t, 1), prompt, out, "mail"))
+            # ~2500 tok/s prefill and ~45 tok/s decode before the draft is asked for.
+            t += prompt / 2500.0 + out / 45.0 + rng.uniform(0.1, 0.5)
+        t += rng.uniform(15.0, 150.0)
+    for sync in range(rng.randint(2, 4)):
+        jobs = [job for _ in range(rng.randint(30, 80)) for job in triage()]
+        drawn = iter(jobs)
+        worker_pool(rng, rows, rng.uniform(0.0, duration - 300.0), len(jobs), 2, lambda: next(drawn),
+                    lambda prompt, out: 2 * prompt / 2500.0 + out / 40.0, (0.05, 0.3), f"sync{sync + 1}")
+    for digest in range(2):
+        rows.append((round(rng.uniform(0.0, duration - 60.0), 1), rng.randint(20000, 40000),
+                     rng.randint(400, 1000), f"digest{digest + 1}"))
+    chat_sessions(rng, rows, rng.uniform(0.0, 600.0), duration, (2, 7), (20, 200), 40.0,
+                  (20.0, 90.0), lambda: rng.uniform(300.0, 1200.0), "chat")
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -557,3 +594,4 @@ if __name__ == "__main__":
     write("eval-harness-holdout.csv", SIMPLE_HEADER, eval_harness())
     write("long-context-holdout.csv", SIMPLE_HEADER, long_context())
     write("translation-holdout.csv", SIMPLE_HEADER, translation())
+    write("email-triage-holdout.csv", SIMPLE_HEADER, email_triage())
