@@ -21,7 +21,9 @@
 #             long-context prompts) the unforeseen work, and RUNS=seventeenth (a zero-rpm 5080
 #             with a flow-through cooler and a translation batch) that and the forecast across
 #             the safety layer's holds. RUNS=eighteenth (a zero-rpm 5060 Ti in a cupboard and a
-#             mailbox assistant) was written and committed before anything ran on it, to judge
+#             mailbox assistant) judged what the controller learns through the safety layer's
+#             holds. RUNS=nineteenth (a zero-rpm RX 9060 XT in a mini-ITX case and a home
+#             assistant's evening) was written and committed before anything ran on it, to judge
 #             the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
@@ -30,19 +32,20 @@ PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2
   "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
   "rtx4080s-triple" "rtx4060ti-sff"
   "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow"
-  "rtx5060ti-closet")
+  "rtx5060ti-closet" "rx9060xt-itx")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
   "classroom-holdout" "research-agent-holdout" "voice-assistant-holdout"
   "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout"
-  "email-triage-holdout")
+  "email-triage-holdout" "home-automation-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
 # RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
-  thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth)
+  thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth
+  nineteenth)
 
 each_run() {
   local ceiling n

@@ -573,6 +573,39 @@ def email_triage(seed=21, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def home_automation(seed=22, duration=3600.0):
+    """Nineteenth held-out trace: a home assistant box through an evening hour. Every 8-40 s an
+    automation asks the model to classify a sensor event (300-900 tokens of state and rules in,
+    5-25 out); every 5 minutes a summary of the house's events so far (4-9 k tokens in, 150-400
+    out); when someone comes home (2-4 times an hour) 3-7 voice commands in quick succession, each
+    sending the tools and the conversation so far (1200-2800 tokens, 20-90 out), 3-10 s apart;
+    a child's homework chat (4-10 turns, 300-900-token answers, 30-120 s of reading) starts
+    within the first 20 minutes."""
+    rng = random.Random(seed)
+    rows = []
+    t = rng.uniform(2.0, 20.0)
+    while t < duration:
+        rows.append((round(t, 1), rng.randint(300, 900), rng.randint(5, 25), "auto"))
+        t += rng.uniform(8.0, 40.0)
+    for n, t in enumerate(range(300, int(duration), 300)):
+        rows.append((float(t), rng.randint(4000, 9000), rng.randint(150, 400), f"summary{n + 1}"))
+    for arrival in range(rng.randint(2, 4)):
+        t, context = rng.uniform(0.0, duration - 120.0), rng.randint(1200, 1800)
+        for _ in range(rng.randint(3, 7)):
+            out = rng.randint(20, 90)
+            rows.append((round(t, 1), min(context, 2800), out, f"home{arrival + 1}"))
+            context += out + rng.randint(60, 200)
+            t += min(context, 2800) / 1800.0 + out / 35.0 + rng.uniform(3.0, 10.0)
+    t, context = rng.uniform(0.0, 1200.0), rng.randint(300, 800)
+    for _ in range(rng.randint(4, 10)):
+        out = rng.randint(300, 900)
+        rows.append((round(t, 1), context, out, "homework"))
+        context += out + rng.randint(30, 200)
+        t += context / 1800.0 + out / 35.0 + rng.uniform(30.0, 120.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -595,3 +628,4 @@ if __name__ == "__main__":
     write("long-context-holdout.csv", SIMPLE_HEADER, long_context())
     write("translation-holdout.csv", SIMPLE_HEADER, translation())
     write("email-triage-holdout.csv", SIMPLE_HEADER, email_triage())
+    write("home-automation-holdout.csv", SIMPLE_HEADER, home_automation())
