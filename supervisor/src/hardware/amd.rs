@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::pci::PciDevice;
+use super::units::{celsius_from_millidegrees, power_limit_w, watts_from_microwatts};
 use super::{
     discrete_usable_mib, drm, pci_ids, sysfs, unified_usable_mib, Device, Driver, Host, Memory, Source,
     SysRoot, Telemetry, Vendor,
@@ -258,11 +259,11 @@ fn find_hwmon(device_dir: &Path) -> Option<PathBuf> {
 fn read_telemetry(root: &SysRoot, device_dir: &Path, hwmon: Option<&Path>, sysfs_dir: &Path) -> Telemetry {
     let value = |file: &str| hwmon.and_then(|h| sysfs::read_u64(&h.join(file)).ok());
     // temp2 is the junction (hotspot) on amdgpu; APUs may only have temp1 (edge).
-    let temperature_c = value("temp2_input").or_else(|| value("temp1_input")).map(|m| m as f64 / 1000.0);
-    let watts = |uw: u64| uw as f64 / 1_000_000.0;
+    let temperature_c =
+        value("temp2_input").or_else(|| value("temp1_input")).map(|m| celsius_from_millidegrees(m as f64));
+    let watts = |uw: u64| watts_from_microwatts(uw as f64);
     let power_w = value("power1_average").or_else(|| value("power1_input")).map(watts);
-    // amdgpu reads 0 where the board has no settable limit (some APUs).
-    let power_cap_w = value("power1_cap").filter(|uw| *uw > 0).map(watts);
+    let power_cap_w = value("power1_cap").map(watts).and_then(power_limit_w);
     let fan_speed_pct = value("pwm1").map(|p| (p.min(255) as f64) * 100.0 / 255.0);
     let has_fan = hwmon.is_some_and(|h| h.join("fan1_input").exists());
     Telemetry {

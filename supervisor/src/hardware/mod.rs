@@ -19,6 +19,7 @@ mod rocm_smi;
 mod root;
 mod sysfs;
 pub mod table;
+pub(crate) mod units;
 
 use serde::{Deserialize, Serialize};
 

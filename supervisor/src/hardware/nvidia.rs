@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use super::pci::{normalise_address, PciDevice};
+use super::units::{power_limit_w, watts_from_milliwatts};
 use super::{
     pci_ids, sysfs, DetectOptions, Device, Driver, Host, Memory, Source, SysRoot, Telemetry, Vendor,
 };
@@ -167,12 +168,11 @@ fn probe_nvml(lib: &std::path::Path) -> Result<NvmlReport, String> {
                 .ok()
                 .map(|c| (c.major as u32, c.minor as u32)),
             temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
-            power_w: device.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+            power_w: device.power_usage().ok().map(|mw| watts_from_milliwatts(f64::from(mw))),
             power_cap_w: device
                 .enforced_power_limit()
                 .ok()
-                .filter(|mw| *mw > 0)
-                .map(|mw| f64::from(mw) / 1000.0),
+                .and_then(|mw| power_limit_w(watts_from_milliwatts(f64::from(mw)))),
             fans,
             fan_speed_pct: fans.filter(|n| *n > 0).and_then(|_| device.fan_speed(0).ok()).map(f64::from),
         });

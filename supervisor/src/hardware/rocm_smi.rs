@@ -23,6 +23,7 @@ use rocm_smi_lib::{
 
 use super::amd::{kfd_address, LibraryGpu};
 use super::sysfs::bytes_to_mib;
+use super::units::{celsius_from_millidegrees, watts_from_microwatts};
 
 /// More GPUs than any box holds: bounds the loop over what the library claims.
 const MAX_GPUS: u32 = 64;
@@ -92,9 +93,9 @@ impl Session {
             vram_total_mib: memory_mib(rsmi_memory_type_t_RSMI_MEM_TYPE_VRAM),
             gtt_total_mib: memory_mib(rsmi_memory_type_t_RSMI_MEM_TYPE_GTT),
             unique_id: query(|out| unsafe { rsmi_dev_unique_id_get(index, out) }),
-            temperature_c: temperature_millis.map(|m: i64| m as f64 / 1000.0),
+            temperature_c: temperature_millis.map(|m: i64| celsius_from_millidegrees(m as f64)),
             power_w: query(|out| unsafe { rsmi_dev_power_ave_get(index, 0, out) })
-                .map(|microwatts: u64| microwatts as f64 / 1_000_000.0),
+                .map(|microwatts: u64| watts_from_microwatts(microwatts as f64)),
             busy_pct: query(|out| unsafe { rsmi_dev_busy_percent_get(index, out) })
                 .map(|p: u32| f64::from(p)),
             fan_speed_pct: fan_percent(fan_speed, fan_speed_max),

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::Nvml;
 
+use crate::hardware::units::{
+    celsius_from_millidegrees, power_limit_w, watts_from_microwatts, watts_from_milliwatts,
+};
 use crate::hardware::{Device, SysRoot, Vendor};
 
 /// Where a device publishes no limit, this one is used.
@@ -111,7 +114,7 @@ impl HwmonSensors {
         let (limit_c, limit_doubt) = match read_number(&crit) {
             Ok(m) => plausible_limit(
                 &crit.display().to_string(),
-                m / 1000.0 - LIMIT_BELOW_CRITICAL_C,
+                celsius_from_millidegrees(m) - LIMIT_BELOW_CRITICAL_C,
                 DEFAULT_LIMIT_C,
             ),
             Err(SensorError::Missing(_)) => (DEFAULT_LIMIT_C, None),
@@ -119,18 +122,19 @@ impl HwmonSensors {
                 (DEFAULT_LIMIT_C, Some(format!("{e}; using a junction limit of {DEFAULT_LIMIT_C:.0} °C")))
             }
         };
-        let power_cap_w = read_number(&dir.join("power1_cap")).ok().filter(|uw| *uw > 0.0).map(|uw| uw / 1e6);
+        let power_cap_w =
+            read_number(&dir.join("power1_cap")).ok().map(watts_from_microwatts).and_then(power_limit_w);
         Self { junction: dir.join(format!("{name}_input")), dir, limit_c, limit_doubt, power_cap_w }
     }
 }
 
 impl SensorSource for HwmonSensors {
     fn read(&mut self) -> Result<Readings, SensorError> {
-        let junction_c = read_number(&self.junction)? / 1000.0;
+        let junction_c = celsius_from_millidegrees(read_number(&self.junction)?);
         let power = read_number(&self.dir.join("power1_average"))
             .or_else(|_| read_number(&self.dir.join("power1_input")));
         let power_w = match power {
-            Ok(uw) => Some(uw / 1e6),
+            Ok(uw) => Some(watts_from_microwatts(uw)),
             Err(e @ SensorError::Garbage { .. }) => return Err(e),
             Err(_) => None,
         };
@@ -182,7 +186,7 @@ impl NvmlSensors {
             Some(t) => plausible_limit("NVML's slowdown temperature", t as f64 - 5.0, default),
             None => (default, None),
         };
-        let power_cap_w = power_cap_mw.filter(|mw| *mw > 0).map(|mw| f64::from(mw) / 1000.0);
+        let power_cap_w = power_cap_mw.and_then(|mw| power_limit_w(watts_from_milliwatts(f64::from(mw))));
         Ok(Self { nvml, index, limit_c, limit_doubt, power_cap_w })
     }
 }
@@ -192,7 +196,7 @@ impl SensorSource for NvmlSensors {
         let err = |e: nvml_wrapper::error::NvmlError| SensorError::Nvml(e.to_string());
         let device = self.nvml.device_by_index(self.index).map_err(err)?;
         let junction_c = device.temperature(TemperatureSensor::Gpu).map_err(err)? as f64;
-        let power_w = device.power_usage().ok().map(|mw| mw as f64 / 1000.0);
+        let power_w = device.power_usage().ok().map(|mw| watts_from_milliwatts(f64::from(mw)));
         let fan_duty_pct = device.fan_speed(0).ok().map(|p| p as f64);
         Ok(Readings { junction_c, power_w, fan_rpm: None, fan_duty_pct })
     }
