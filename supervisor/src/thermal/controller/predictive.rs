@@ -77,6 +77,26 @@ const BIAS_DEADBAND_C: f64 = 0.3;
 /// the plans foresaw (see [`UnforeseenPower`]).
 const UNFORESEEN_WINDOW_S: f64 = 20.0;
 
+/// What a period's learning leaves the plans.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The filtered junction estimate.
+    junction_c: f64,
+    /// Periods until the fan has answered a surprise ([`Predictive::surprise_lead`]).
+    lead: usize,
+    /// A zero-rpm fan's firmware would spin it were it stopped now.
+    firmware_would_spin: bool,
+}
+
+/// The power expected over the horizon: from the queue alone (`known`), and with the requests
+/// still to come where the fan may stop (`foreseen`).
+#[derive(Debug)]
+struct Expected {
+    known: Vec<f64>,
+    foreseen: Vec<f64>,
+    may_stop: bool,
+}
+
 /// What a plan is judged against: the power expected at each step of the horizon, the room kept
 /// at each step for a surprise, and the junction budget.
 #[derive(Debug, Clone, Copy)]
@@ -500,6 +520,82 @@ impl Predictive {
         ((BIAS_WINDOW_S / self.dt_s).round() as usize).max(1)
     }
 
+    /// Learns from one period as the device showed it: the forecast, the fan's lag and its
+    /// firmware's stop, the model and its bias, the misses of earlier plans and the junction
+    /// estimate. Returns what the plans start from.
+    fn learn(&mut self, obs: &Observation) -> Seen {
+        // The safety layer holds the fan without asking this controller (full speed at the
+        // limit, firmware auto on a bad sensor): the forecast then learns its rates over the
+        // whole time since it last looked, not a period (a prompt prefilled over those seconds is
+        // no prompt prefilled within one).
+        let since_s = self.last_seen_s.map_or(self.dt_s, |t| (obs.t_s - t).max(self.dt_s));
+        self.last_seen_s = Some(obs.t_s);
+        if let Some(load) = &obs.load {
+            self.forecast.observe(load, obs.power_w, since_s);
+        }
+        // A stop hands a zero-rpm fan back to its firmware: what the fan does then shows where
+        // the firmware stops it, and nothing of its lag.
+        let fan_floor = self.limits.min_duty_pct;
+        let handed_back = self.limits.zero_rpm && self.sent.is_some_and(|sent| sent < fan_floor);
+        self.firmware_stop.observe(
+            handed_back,
+            obs.junction_c,
+            self.fan_now_pct,
+            obs.fan_duty_pct,
+            fan_floor,
+        );
+        if let Some(sent) = self.sent.filter(|_| !handed_back) {
+            self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
+        }
+        // Where a stop would not leave it stopped, a zero-rpm fan runs at its floor at least: its
+        // plans may still find a stop holds, which the floor holds better.
+        let firmware_would_spin =
+            self.limits.zero_rpm && !self.firmware_stop.silent(handed_back, obs.junction_c);
+        self.fan_now_pct = obs.fan_duty_pct;
+        self.learn_bias(obs);
+        // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
+        let lead = self.surprise_lead();
+        self.unforeseen.observe(obs.power_w, lead);
+        if let Some(rise_c) = self.seen_surprise.rise_c(&self.model, &self.replay, lead) {
+            self.forecast.missed_rise_mut().fold(rise_c, self.dt_s);
+        }
+        // One-step prediction from the last estimate, corrected by the reading.
+        let junction_c = match self.junction_est_c {
+            Some(est) => {
+                let mut next = est;
+                self.model.predict(est, &[obs.power_w], |_| obs.fan_duty_pct, |_, tj| next = tj);
+                if (obs.junction_c - next).abs() > RESET_C {
+                    obs.junction_c
+                } else {
+                    next + READING_GAIN * (obs.junction_c - next)
+                }
+            }
+            None => obs.junction_c,
+        };
+        self.junction_est_c = Some(junction_c);
+        self.model.observe(obs.junction_c, obs.power_w, obs.fan_duty_pct);
+        Seen { junction_c, lead, firmware_would_spin }
+    }
+
+    /// The power the queue (and, for a fan that may stop, the stream of requests) leads this
+    /// controller to expect over the horizon, recorded so that later periods measure what it
+    /// missed.
+    fn expect(&mut self, obs: &Observation, seen: &Seen) -> Expected {
+        let steps = (HORIZON_S / self.dt_s).round() as usize;
+        let known = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
+        // The requests still to come keep a stopped fan from putting its restart off period after
+        // period while the heatsink warms. A fan that never stops, or a zero-rpm fan while its
+        // firmware would not let it stop, answers them within its lag from where it runs, so its
+        // plans see the queue alone (the surprise reserve stays).
+        let may_stop = self.limits.zero_rpm && !seen.firmware_would_spin;
+        let foreseen = if may_stop { self.forecast.with_stream(&known, self.dt_s) } else { known.clone() };
+        // The plans are remembered as they were before the unforeseen work was added: each
+        // measures what the queue alone (and the stream) missed.
+        self.seen_surprise.record_plan(&foreseen, seen.lead);
+        self.unforeseen.record_plan(&foreseen, self.longest_lead());
+        Expected { known, foreseen, may_stop }
+    }
+
     /// `power` with `unforeseen_w` of work the queue did not show going on once the known work
     /// drains (`drained` steps from now), fading over the fan's answer time (`lead` periods) from
     /// now: by then a plan that saw it has answered.
@@ -559,69 +655,10 @@ impl Controller for Predictive {
     }
 
     fn decide(&mut self, obs: &Observation) -> f64 {
-        // The safety layer holds the fan without asking this controller (full speed at the
-        // limit, firmware auto on a bad sensor): the forecast then learns its rates over the
-        // whole time since it last looked, not a period (a prompt prefilled over those seconds is
-        // no prompt prefilled within one).
-        let since_s = self.last_seen_s.map_or(self.dt_s, |t| (obs.t_s - t).max(self.dt_s));
-        self.last_seen_s = Some(obs.t_s);
-        if let Some(load) = &obs.load {
-            self.forecast.observe(load, obs.power_w, since_s);
-        }
-        // A stop hands a zero-rpm fan back to its firmware: what the fan does then shows where
-        // the firmware stops it, and nothing of its lag.
-        let fan_floor = self.limits.min_duty_pct;
-        let handed_back = self.limits.zero_rpm && self.sent.is_some_and(|sent| sent < fan_floor);
-        self.firmware_stop.observe(
-            handed_back,
-            obs.junction_c,
-            self.fan_now_pct,
-            obs.fan_duty_pct,
-            fan_floor,
-        );
-        if let Some(sent) = self.sent.filter(|_| !handed_back) {
-            self.fan.observe(self.limits.effective_duty(sent), self.fan_now_pct, obs.fan_duty_pct);
-        }
-        // Where a stop would not leave it stopped, a zero-rpm fan runs at its floor at least: its
-        // plans may still find a stop holds, which the floor holds better.
-        let firmware_would_spin =
-            self.limits.zero_rpm && !self.firmware_stop.silent(handed_back, obs.junction_c);
-        self.fan_now_pct = obs.fan_duty_pct;
-        self.learn_bias(obs);
-        // The fan's lag is learned above, so one lead serves what is learned now and the plan kept.
-        let lead = self.surprise_lead();
-        self.unforeseen.observe(obs.power_w, lead);
-        if let Some(rise_c) = self.seen_surprise.rise_c(&self.model, &self.replay, lead) {
-            self.forecast.missed_rise_mut().fold(rise_c, self.dt_s);
-        }
-        // One-step prediction from the last estimate, corrected by the reading.
-        let junction_c = match self.junction_est_c {
-            Some(est) => {
-                let mut next = est;
-                self.model.predict(est, &[obs.power_w], |_| obs.fan_duty_pct, |_, tj| next = tj);
-                if (obs.junction_c - next).abs() > RESET_C {
-                    obs.junction_c
-                } else {
-                    next + READING_GAIN * (obs.junction_c - next)
-                }
-            }
-            None => obs.junction_c,
-        };
-        self.junction_est_c = Some(junction_c);
-        self.model.observe(obs.junction_c, obs.power_w, obs.fan_duty_pct);
-        let steps = (HORIZON_S / self.dt_s).round() as usize;
-        let known = self.forecast.power(obs.load.as_ref(), steps, self.dt_s);
+        let seen = self.learn(obs);
+        let Expected { known, foreseen, may_stop } = self.expect(obs, &seen);
+        let Seen { junction_c, lead, firmware_would_spin } = seen;
         let reserve = self.surprise_reserve(&known, obs.load.is_some());
-        // The requests still to come keep a stopped fan from putting its restart off period after
-        // period while the heatsink warms. A fan that never stops, or a zero-rpm fan while its
-        // firmware would not let it stop, answers them within its lag from where it runs, so its
-        // plans see the queue alone (the surprise reserve stays).
-        let may_stop = self.limits.zero_rpm && !firmware_would_spin;
-        let foreseen = if may_stop { self.forecast.with_stream(&known, self.dt_s) } else { known.clone() };
-        // The plans are remembered as they were before the unforeseen work was added: each
-        // measures what the queue alone (and the stream) missed.
-        self.seen_surprise.record_plan(&foreseen, lead);
-        self.unforeseen.record_plan(&foreseen, self.longest_lead());
         let drained = self.forecast.work_steps(&known);
         let unforeseen_w = self.unforeseen.sustained_w();
         let power = self.with_unforeseen(&foreseen, unforeseen_w, drained, lead);
