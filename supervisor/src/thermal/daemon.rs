@@ -211,17 +211,9 @@ impl DeviceLoop {
                 }
             };
         let sensors = sensors::for_device(device, root, config.nvml_lib.as_deref()).ok()?;
-        let limit_c = sensors.limit_c();
         if let Some(doubt) = sensors.limit_doubt() {
             status.event("thermal", Level::Warn, format!("{}: {doubt}", device.id));
         }
-        let range = actuator.range();
-        let limits = DeviceLimits {
-            junction_limit_c: limit_c,
-            min_duty_pct: range.min_duty_pct,
-            zero_rpm: range.zero_rpm,
-            power_cap_w: sensors.power_cap_w(),
-        };
         let learned = LearnedFiles::for_device(state_dir, &device.id, device.uid.as_deref());
         let resumed = learned.load();
         for e in &resumed.errors {
@@ -232,13 +224,28 @@ impl DeviceLoop {
             );
         }
         let params = resumed.params.unwrap_or_else(|| card_prior(device, priors, status));
-        let period_s = config.period.as_secs_f64();
-        Some(Self {
-            id: device.id.clone(),
+        let limits = limits(actuator.as_ref(), sensors.as_ref());
+        let controller =
+            Predictive::new(limits, params, config.period.as_secs_f64()).with_forecast(resumed.forecast);
+        Some(Self::driving(device.id.clone(), actuator, sensors, controller, learned))
+    }
+
+    /// A loop that drives `actuator` from `sensors` with `controller`, keeping what it learns
+    /// in `learned`.
+    fn driving(
+        id: String,
+        actuator: Box<dyn FanActuator>,
+        sensors: Box<dyn SensorSource>,
+        controller: Predictive,
+        learned: LearnedFiles,
+    ) -> Self {
+        let limit_c = sensors.limit_c();
+        Self {
+            id,
             actuator,
             sensors,
             safety: SafetyLayer::new(limit_c),
-            controller: Predictive::new(limits, params, period_s).with_forecast(resumed.forecast),
+            controller,
             limit_c,
             learned,
             mode: None,
@@ -247,7 +254,7 @@ impl DeviceLoop {
             hand_back: None,
             released: false,
             cpu: Duration::ZERO,
-        })
+        }
     }
 
     /// Firmware auto, else full speed: the mode the fan is in now, or why neither write held.
@@ -795,6 +802,18 @@ fn publish_not_driven(status: &StatusModel, id: &str, mode: &str, safety: Option
     });
 }
 
+/// What a device shows of itself to its controller: the limit its sensors publish, its fan's
+/// range and its board power limit.
+fn limits(actuator: &dyn FanActuator, sensors: &dyn SensorSource) -> DeviceLimits {
+    let range = actuator.range();
+    DeviceLimits {
+        junction_limit_c: sensors.limit_c(),
+        min_duty_pct: range.min_duty_pct,
+        zero_rpm: range.zero_rpm,
+        power_cap_w: sensors.power_cap_w(),
+    }
+}
+
 /// The fan duty the controller is told: what the device reports, else the duty last sent. A fan
 /// behind an embedded controller reports none; taken as stopped, it would teach the model a fan
 /// that never cools and the controller a fan that never answers its commands.
@@ -805,6 +824,102 @@ fn fan_duty_seen(reported_pct: Option<f64>, sent_pct: Option<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::thermal::actuator::{ActuatorError, FanRange};
+    use crate::thermal::sensors::{Readings, SensorError};
+
+    /// Sensors that show what the test last set.
+    struct Shown(Arc<Mutex<Readings>>);
+
+    impl SensorSource for Shown {
+        fn read(&mut self) -> Result<Readings, SensorError> {
+            Ok(*self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+
+        fn limit_c(&self) -> f64 {
+            90.0
+        }
+    }
+
+    /// A zero-rpm fan (floor 20 %) that takes every command and keeps a log of them.
+    struct Logged(Arc<Mutex<Vec<String>>>);
+
+    impl Logged {
+        fn log(&self, what: String) -> Result<(), ActuatorError> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(what);
+            Ok(())
+        }
+    }
+
+    impl FanActuator for Logged {
+        fn kind(&self) -> &'static str {
+            "logged"
+        }
+
+        fn range(&self) -> FanRange {
+            FanRange { min_duty_pct: 20.0, zero_rpm: true }
+        }
+
+        fn set_duty(&mut self, duty_pct: f64, _limit_c: f64) -> Result<(), ActuatorError> {
+            self.log(format!("{duty_pct:.0}"))
+        }
+
+        fn restore_auto(&mut self) -> Result<(), ActuatorError> {
+            self.log("auto".into())
+        }
+
+        fn full_speed(&mut self) -> Result<(), ActuatorError> {
+            self.log("full".into())
+        }
+    }
+
+    /// The loop tells its controller what the fan was really sent. It stops a zero-rpm fan at
+    /// idle, where the firmware is seen to keep it stopped at 40 °C; then the hard limit runs it
+    /// at full speed. Had the controller been left thinking the fan was stopped (handed to its
+    /// firmware), the fan's climb would read as its firmware spinning it at 40 °C, and that would
+    /// be learned and kept for the next start.
+    #[test]
+    fn the_controller_is_told_the_full_speed_the_safety_layer_sent() {
+        let state = tempfile::tempdir().expect("temp dir");
+        let shown = Arc::new(Mutex::new(Readings {
+            junction_c: 40.0,
+            power_w: Some(15.0),
+            fan_rpm: None,
+            fan_duty_pct: Some(0.0),
+        }));
+        let commands = Arc::new(Mutex::new(Vec::new()));
+        let (actuator, sensors): (Box<dyn FanActuator>, Box<dyn SensorSource>) =
+            (Box::new(Logged(commands.clone())), Box::new(Shown(shown.clone())));
+        let controller =
+            Predictive::new(limits(actuator.as_ref(), sensors.as_ref()), ModelParams::prior(), 1.0);
+        let learned = LearnedFiles::for_device(state.path(), "0000:03:00.0", None);
+        let mut device_loop =
+            DeviceLoop::driving("0000:03:00.0".into(), actuator, sensors, controller, learned);
+        let (status, config) = (StatusModel::new(), ControlConfig::default());
+        let mut t_s = 0.0;
+        let mut run = |device_loop: &mut DeviceLoop, readings: &[(f64, f64, f64)]| {
+            for &(junction_c, power_w, fan_duty_pct) in readings {
+                if let Ok(mut r) = shown.lock() {
+                    (r.junction_c, r.power_w, r.fan_duty_pct) =
+                        (junction_c, Some(power_w), Some(fan_duty_pct));
+                }
+                device_loop.tick(t_s, None, &status, &config);
+                t_s += 1.0;
+            }
+            device_loop.controller.learned().and_then(|(params, _)| params.firmware_stops_below_c)
+        };
+        let stops_below_c = run(&mut device_loop, &[(40.0, 15.0, 0.0); 5]);
+        assert!(stops_below_c.is_some_and(|c| c > 40.0), "kept stopped at 40 °C: {stops_below_c:?}");
+        let hold = [(91.0, 250.0, 0.0), (90.0, 250.0, 60.0), (89.0, 250.0, 90.0), (86.0, 250.0, 100.0)];
+        run(&mut device_loop, &hold);
+        assert_eq!(
+            run(&mut device_loop, &[(80.0, 60.0, 100.0); 3]),
+            stops_below_c,
+            "the climb taken as the firmware's"
+        );
+        let log = commands.lock().map(|log| log.clone()).unwrap_or_default();
+        assert_eq!(log[..2], ["0", "full"], "stopped, then full speed at the limit: {log:?}");
+        assert!(log.len() > 2, "driven again after the hold: {log:?}");
+    }
 
     #[test]
     fn a_fan_that_reports_no_duty_is_taken_to_run_at_the_duty_sent() {
