@@ -148,27 +148,23 @@ pub struct Predictive {
 /// on an idle GPU.
 #[derive(Debug, Default)]
 struct SeenSurprise {
-    /// The first steps of the power each recent plan expected, the newest last.
-    planned: VecDeque<Vec<f64>>,
+    planned: RecentPlans,
 }
 
 impl SeenSurprise {
     /// Keeps the power the plan made now expects over its first `lead` steps.
     fn record_plan(&mut self, power: &[f64], lead: usize) {
-        self.planned.push_back(power.iter().take(lead).copied().collect());
-        while self.planned.len() > lead {
-            self.planned.pop_front();
-        }
+        self.planned.record(power, lead);
     }
 
     /// The rise over the plan made `lead` periods ago, from the `replay` of what was seen since;
     /// none until there is such a plan.
     fn rise_c(&self, model: &ThermalModel, replay: &VecDeque<ReplayStep>, lead: usize) -> Option<f64> {
-        if lead == 0 || self.planned.len() < lead || replay.len() < lead {
+        if replay.len() < lead {
             return None;
         }
         // A plan recorded while the fan's lag was learned shorter may cover fewer steps.
-        let planned = &self.planned[self.planned.len() - lead];
+        let planned = self.planned.made_ago(lead)?;
         let planned = &planned[..lead.min(planned.len())];
         let seen: Vec<ReplayStep> = replay.iter().skip(replay.len() - lead).copied().collect();
         let start = seen[0];
@@ -206,8 +202,7 @@ impl SeenSurprise {
 struct UnforeseenPower {
     /// Periods of `UNFORESEEN_WINDOW_S`.
     window: usize,
-    /// The first steps of the power each recent plan expected, the newest last.
-    planned: VecDeque<Vec<f64>>,
+    planned: RecentPlans,
     /// What each period of the window drew over its plan (W; negative where less), newest last.
     misses: VecDeque<f64>,
 }
@@ -215,19 +210,17 @@ struct UnforeseenPower {
 impl UnforeseenPower {
     /// Keeps the misses of the last `window` periods.
     fn new(window: usize) -> Self {
-        Self { window: window.max(1), planned: VecDeque::new(), misses: VecDeque::with_capacity(window) }
+        Self {
+            window: window.max(1),
+            planned: RecentPlans::default(),
+            misses: VecDeque::with_capacity(window),
+        }
     }
 
     /// Folds in the power seen over the period just ended, against the plan made `lead` periods
     /// ago.
     fn observe(&mut self, power_w: f64, lead: usize) {
-        let Some(&expected) = self
-            .planned
-            .len()
-            .checked_sub(lead)
-            .filter(|_| lead > 0)
-            .and_then(|at| self.planned[at].get(lead - 1))
-        else {
+        let Some(&expected) = self.planned.made_ago(lead).and_then(|plan| plan.get(lead - 1)) else {
             return;
         };
         if self.misses.len() >= self.window {
@@ -239,10 +232,7 @@ impl UnforeseenPower {
     /// Keeps the first `keep` steps of the power the plan made now expects, for the last `keep`
     /// plans (enough for any lead up to `keep`).
     fn record_plan(&mut self, power: &[f64], keep: usize) {
-        self.planned.push_back(power.iter().take(keep).copied().collect());
-        while self.planned.len() > keep {
-            self.planned.pop_front();
-        }
+        self.planned.record(power, keep);
     }
 
     /// The power (W) every period of a full window drew over its plan, at least; 0 until the
@@ -252,6 +242,26 @@ impl UnforeseenPower {
             return 0.0;
         }
         self.misses.iter().copied().fold(f64::INFINITY, f64::min).max(0.0)
+    }
+}
+
+/// The first steps of the power each recent plan expected, the newest last: what a later period
+/// is measured against ([`SeenSurprise`], [`UnforeseenPower`]).
+#[derive(Debug, Default)]
+struct RecentPlans(VecDeque<Vec<f64>>);
+
+impl RecentPlans {
+    /// Keeps the first `keep` steps of `power`, for the last `keep` plans.
+    fn record(&mut self, power: &[f64], keep: usize) {
+        self.0.push_back(power.iter().take(keep).copied().collect());
+        while self.0.len() > keep {
+            self.0.pop_front();
+        }
+    }
+
+    /// The plan made `lead` periods ago, where one is kept (none for a lead of 0).
+    fn made_ago(&self, lead: usize) -> Option<&[f64]> {
+        self.0.len().checked_sub(lead).filter(|_| lead > 0).map(|at| self.0[at].as_slice())
     }
 }
 
