@@ -23,8 +23,10 @@
 #             the safety layer's holds. RUNS=eighteenth (a zero-rpm 5060 Ti in a cupboard and a
 #             mailbox assistant) judged what the controller learns through the safety layer's
 #             holds. RUNS=nineteenth (a zero-rpm RX 9060 XT in a mini-ITX case and a home
-#             assistant's evening) was written and committed before anything ran on it, to judge
-#             the next change.
+#             assistant's evening) judged the unforeseen work held until the fan can answer (not
+#             kept). RUNS=twentieth (a 70 W low-profile blower RTX 4000 SFF Ada in an office
+#             server and a coding agent's issue queue) was written and committed before anything
+#             ran on it, to judge the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
@@ -32,20 +34,20 @@ PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2
   "rtx3060-dual" "rtxpro4000-blower" "strix-halo-quiet" "w7900-blower" "rtx3090-turbo-stacked"
   "rtx4080s-triple" "rtx4060ti-sff"
   "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow"
-  "rtx5060ti-closet" "rx9060xt-itx")
+  "rtx5060ti-closet" "rx9060xt-itx" "rtx4000ada-sff")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
   "classroom-holdout" "research-agent-holdout" "voice-assistant-holdout"
   "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout"
-  "email-triage-holdout" "home-automation-holdout")
+  "email-triage-holdout" "home-automation-holdout" "swe-agent-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
 # RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
   thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth
-  nineteenth)
+  nineteenth twentieth)
 
 each_run() {
   local ceiling n

@@ -606,6 +606,45 @@ def home_automation(seed=22, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def swe_agent(seed=23, duration=3600.0):
+    """Twentieth held-out trace: a coding agent working through a queue of issues for an hour in a
+    small company, with a reviewer agent and people asking now and then. Each issue is a session
+    of 8-40 turns: the context opens at 5-10 k tokens and each turn adds the answer and a tool's
+    output (200-4000 tokens); answers are 40-500 tokens; most tools (reading files, searching)
+    return in 0.5-8 s, one turn in six runs the tests for 30-150 s; past 32 k tokens the agent
+    compacts its context (a summary request of that size, 500-1200 out) and goes on from 8-12 k.
+    5-30 s between issues. When an issue is done, a reviewer agent reads the whole diff (3-9 k
+    tokens in, 200-700 out). Three to six times an hour someone asks a question (200-1500 in,
+    100-400 out)."""
+    rng = random.Random(seed)
+    rows = []
+    prefill, decode = 1400.0, 22.0
+    t, issue = rng.uniform(1.0, 10.0), 0
+    while t < duration:
+        issue += 1
+        context = rng.randint(5000, 10000)
+        for _ in range(rng.randint(8, 40)):
+            out = rng.randint(40, 500)
+            rows.append((round(t, 1), context, out, f"issue{issue}"))
+            t += context / prefill + out / decode
+            tool_out = rng.randint(200, 4000)
+            context += out + tool_out
+            t += rng.uniform(30.0, 150.0) if rng.random() < 1 / 6 else rng.uniform(0.5, 8.0)
+            if context > 32000:
+                summary = rng.randint(500, 1200)
+                rows.append((round(t, 1), context, summary, f"issue{issue}"))
+                t += context / prefill + summary / decode
+                context = rng.randint(8000, 12000)
+        review_in, review_out = rng.randint(3000, 9000), rng.randint(200, 700)
+        rows.append((round(t + rng.uniform(0.5, 3.0), 1), review_in, review_out, f"review{issue}"))
+        t += rng.uniform(5.0, 30.0)
+    for n in range(rng.randint(3, 6)):
+        asked = round(rng.uniform(0.0, duration), 1)
+        rows.append((asked, rng.randint(200, 1500), rng.randint(100, 400), f"ask{n + 1}"))
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -629,3 +668,4 @@ if __name__ == "__main__":
     write("translation-holdout.csv", SIMPLE_HEADER, translation())
     write("email-triage-holdout.csv", SIMPLE_HEADER, email_triage())
     write("home-automation-holdout.csv", SIMPLE_HEADER, home_automation())
+    write("swe-agent-holdout.csv", SIMPLE_HEADER, swe_agent())
