@@ -80,6 +80,12 @@ fn earlier<'a>(prev: &'a LoadSignal, slot: &SlotLoad) -> Option<&'a SlotLoad> {
     prev.slots.iter().find(|p| same_request(p, slot))
 }
 
+/// `power` with `extra(k)` added at every step `k` from `drained` on: work taken to go on once
+/// the known work drains (the stream of requests still to come, the work the queue did not show).
+pub fn after_drain(power: &[f64], drained: usize, extra: impl Fn(usize) -> f64) -> Vec<f64> {
+    power.iter().enumerate().map(|(k, &p)| if k < drained { p } else { p + extra(k) }).collect()
+}
+
 pub fn phase(load: &LoadSignal) -> Phase {
     if load.waiting_prompt_tokens() > 0 {
         Phase::Prefill
@@ -519,8 +525,7 @@ impl PowerForecast {
     pub fn with_stream(&self, known: &[f64], dt_s: f64) -> Vec<f64> {
         let stream_w = if self.arrives_while_busy() { self.stream_w() } else { 0.0 };
         let drained = self.work_steps(known);
-        let still_to_come = |k: usize| stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp();
-        known.iter().enumerate().map(|(k, &p)| if k < drained { p } else { p + still_to_come(k) }).collect()
+        after_drain(known, drained, |k| stream_w * (-(k as f64) * dt_s / STREAM_FADE_S).exp())
     }
 
     /// Steps of `power` (from [`Self::power`]) until the known work drains: with no new

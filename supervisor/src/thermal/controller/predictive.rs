@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use super::{interpolate, Controller, DecisionDetail, DeviceLimits, Observation};
 use crate::thermal::fan::{FanResponse, FirmwareStop};
-use crate::thermal::forecast::PowerForecast;
+use crate::thermal::forecast::{after_drain, PowerForecast};
 use crate::thermal::model::{ModelParams, ThermalModel, JUNCTION_TAU_S};
 
 /// How far ahead the junction is predicted.
@@ -611,19 +611,7 @@ impl Predictive {
     /// now: by then a plan that saw it has answered.
     fn with_unforeseen(&self, power: &[f64], unforeseen_w: f64, drained: usize, lead: usize) -> Vec<f64> {
         let answer_s = lead as f64 * self.dt_s;
-        power
-            .iter()
-            .enumerate()
-            .map(
-                |(k, &p)| {
-                    if k < drained {
-                        p
-                    } else {
-                        p + unforeseen_w * (-(k as f64) * self.dt_s / answer_s).exp()
-                    }
-                },
-            )
-            .collect()
+        after_drain(power, drained, |k| unforeseen_w * (-(k as f64) * self.dt_s / answer_s).exp())
     }
 
     /// Rate limits and hysteresis: up at once (with headroom), down only after a dwell.
