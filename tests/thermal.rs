@@ -140,6 +140,16 @@ fn a_burst_of_completions_after_a_pause_stays_under_the_limit() {
     assert_predictive_stays_under_the_limit("rtx5090-sff.toml", "code-assist-holdout.csv", 2460, 8);
 }
 
+/// A mailing list's sync on a 180 W card in a warm cupboard: two client workers send the emails
+/// back to back, each shown in the queue only as it arrives. Every plan expected the queue to
+/// drain within seconds, the fan sat at its floor while the heatsink warmed, and the next request
+/// lifted the die over the limit before full speed answered (1.3 s over on this run before the
+/// plans also had to hold with the last seconds' work going on).
+#[test]
+fn requests_sent_back_to_back_at_the_fans_floor_stay_under_the_limit() {
+    assert_predictive_stays_under_the_limit("rtx5060ti-closet.toml", "email-triage-holdout.csv", 2100, 1);
+}
+
 /// The same completions on a blower that never stops: the stream guards a stopped fan's restart,
 /// and counted here it ran the fan above target's mean (63.3 % against 61.1 % over these 900 s).
 #[test]
@@ -404,10 +414,12 @@ fn telemetry_says_why_the_predictive_controller_chose_each_duty() {
         assert!(command != 30.0 || at_floor, "30 %, the 3090's lowest duty, not said at t = {t}");
         assert!(!at_floor || command >= 30.0, "under the 3090's lowest duty at t = {t}");
         assert!(!held || command > required, "held at or under what the plans need, t = {t}");
+        // A plan stops the fan or runs it at its floor at least; the duty search may also find
+        // that staying stopped over the whole horizon holds where the stop plans did not.
+        assert!(required == 0.0 || required >= 30.0, "a plan between a stop and the 30 % floor at t = {t}");
         if stays == 1.0 {
             assert_eq!(required, 0.0, "a fan that may stay stopped requires nothing, t = {t}");
-        } else {
-            assert!(required >= 30.0, "a running plan below the 30 % floor at t = {t}");
+        } else if required >= 30.0 {
             running_plans += 1;
         }
         if command == 0.0 {

@@ -78,9 +78,13 @@ pub struct DecisionDetail {
     /// Power of work the queue did not show that every period of the last 20 s drew: the plans
     /// expect it to go on once the queue drains, until the fan has had time to answer.
     pub unforeseen_w: f64,
-    /// A zero-rpm fan could stop with room for a prompt at any time.
+    /// The lowest duty whose plan holds were the work of the fan's answer time to go on as it
+    /// just ran, instead of draining as the queue says: the plans need at least this.
+    pub going_on_pct: f64,
+    /// A zero-rpm fan could stop with room for a prompt at any time (and the work of the last
+    /// seconds going on would let it).
     pub stop_safe: bool,
-    /// A stopped fan may stay stopped now.
+    /// A stopped fan may stay stopped now (as above).
     pub stays_stopped: bool,
     /// The lowest duty whose plan holds, before rate limits and hysteresis.
     pub required_pct: f64,
@@ -105,7 +109,7 @@ pub struct DecisionDetail {
 
 impl DecisionDetail {
     /// Column names of [`Self::csv`], in order.
-    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,unforeseen_w,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c,firmware_stops_below_c,firmware_would_spin";
+    pub const CSV_HEADER: &'static str = "est_c,budget_c,bias_c,reserve_max_c,stream_w,unforeseen_w,going_on_pct,stop_safe,stays_stopped,required_pct,reactive_floor_pct,held,at_floor,fan_lag_s,surprise_seen_c,firmware_stops_below_c,firmware_would_spin";
     /// Empty fields for a controller without a detail, as many as the header names.
     pub fn csv_empty() -> String {
         ",".repeat(Self::CSV_HEADER.matches(',').count())
@@ -126,10 +130,13 @@ impl DecisionDetail {
         }
         if !self.held {
             let mut stream = String::new();
-            if self.stream_w >= 1.0 {
+            let going_on_sets_it = !self.at_floor && self.going_on_pct + 0.5 >= self.required_pct;
+            if going_on_sets_it {
+                stream += ", should the work of the last seconds go on";
+            } else if self.stream_w >= 1.0 {
                 stream += &format!(", counting {:.0} W of requests still to come", self.stream_w);
             }
-            if self.unforeseen_w >= 1.0 {
+            if self.unforeseen_w >= 1.0 && !going_on_sets_it {
                 stream += &format!(", and {:.0} W of work the queue does not show", self.unforeseen_w);
             }
             let lowest = match (self.at_floor, self.firmware_would_spin) {
@@ -152,13 +159,14 @@ impl DecisionDetail {
 
     pub fn csv(&self) -> String {
         format!(
-            "{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{},{},{}",
+            "{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{:.1},{},{},{:.1},{:.1},{},{},{:.2},{},{},{}",
             self.junction_est_c,
             self.budget_c,
             self.model_bias_c,
             self.reserve_max_c,
             self.stream_w,
             self.unforeseen_w,
+            self.going_on_pct,
             u8::from(self.stop_safe),
             u8::from(self.stays_stopped),
             self.required_pct,
@@ -230,7 +238,8 @@ mod tests {
     }
 
     /// The status page's line names what set the duty: a stop and why, the reactive curve, the
-    /// plans (with the stream they counted), or the hysteresis holding a duty above the plans'.
+    /// plans (with the stream they counted, or the work of the last seconds going on where that
+    /// needs the most), or the hysteresis holding a duty above the plans'.
     #[test]
     fn the_reason_names_what_set_the_duty() {
         let d = detail();
@@ -240,7 +249,12 @@ mod tests {
             stream.reason(40.0),
             "40 % keeps the predicted junction under 87.0 °C, counting 185 W of requests still to come"
         );
-        let floor = DecisionDetail { required_pct: 12.0, at_floor: true, ..d };
+        let going_on = DecisionDetail { going_on_pct: 34.0, ..stream };
+        assert_eq!(
+            going_on.reason(40.0),
+            "40 % keeps the predicted junction under 87.0 °C, should the work of the last seconds go on"
+        );
+        let floor = DecisionDetail { required_pct: 12.0, at_floor: true, going_on_pct: 12.0, ..d };
         assert_eq!(floor.reason(20.0), "20 % (the fan's lowest) keeps the predicted junction under 87.0 °C");
         let spun = DecisionDetail { required_pct: 0.0, at_floor: true, firmware_would_spin: true, ..d };
         assert_eq!(

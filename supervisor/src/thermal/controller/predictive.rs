@@ -3,8 +3,9 @@
 //! predicts the junction with the learned model and picks the slowest duty that, held for a
 //! while and then followed by full speed, keeps the junction under the limit over the horizon —
 //! with room kept for a large prompt arriving unannounced, and with the work the queue did not
-//! show where it has not let up. Rate limits and hysteresis keep the fan from hunting. The margin
-//! under the limit grows by what the model has recently got wrong.
+//! show where it has not let up. The same plan must also hold should the last seconds' work go
+//! on instead of draining as the queue says. Rate limits and hysteresis keep the fan from
+//! hunting. The margin under the limit grows by what the model has recently got wrong.
 
 use std::collections::VecDeque;
 
@@ -375,11 +376,27 @@ impl Predictive {
     /// Whether holding `duty` for the hold and then full speed keeps `model`'s junction plus the
     /// reserve under the budget.
     fn plan_holds(&self, model: &ThermalModel, junction_c: f64, outlook: Outlook, duty: f64) -> bool {
-        let hold = (HOLD_S / self.dt_s).round() as usize;
+        let hold = self.hold_steps();
         // No duty chosen now changes the committed steps much, so a junction already too warm
         // there would otherwise send every search to full speed.
         let committed = (COMMITTED_S / self.dt_s).round() as usize;
         self.within_budget(model, junction_c, outlook, committed, |k| if k < hold { duty } else { 100.0 })
+    }
+
+    /// Periods a plan holds its duty before it escapes to full speed.
+    fn hold_steps(&self) -> usize {
+        (HOLD_S / self.dt_s).round() as usize
+    }
+
+    /// The power of the last `periods` periods seen, repeated over `steps`: the work as it just
+    /// ran, going on (none before a period has been seen).
+    fn recent_work_repeated(&self, periods: usize, steps: usize) -> Vec<f64> {
+        let recent: Vec<f64> =
+            self.replay.iter().skip(self.replay.len().saturating_sub(periods)).map(|s| s.power_w).collect();
+        if recent.is_empty() {
+            return Vec::new();
+        }
+        recent.iter().copied().cycle().take(steps).collect()
     }
 
     /// Where a running fan's drop from `current` to `proposed` is larger than
@@ -673,6 +690,17 @@ impl Controller for Predictive {
         self.recent_stop_safe.push_back(stop_safe);
         let required =
             if stays_stopped { self.limits.lowest_duty() } else { self.required_duty(junction_c, outlook) };
+        // Every plan trusts the queue to drain. Requests sent back to back, each shown only as it
+        // arrives (a mailing list's sync), keep the board near its limit while each plan expects
+        // idle within seconds, and the heatsink warms under a fan left at its floor until the
+        // next request lifts the die over the limit faster than the fan answers. So the plan
+        // must also hold with the work of the fan's answer time going on as it just ran; a
+        // person's prompt on a cool heatsink passes that easily.
+        let going_on = self.recent_work_repeated(lead, self.hold_steps() + lead);
+        let no_reserve = vec![0.0; going_on.len()];
+        let going_on_pct =
+            self.required_duty(junction_c, Outlook { power: &going_on, reserve: &no_reserve, budget_c });
+        let required = required.max(going_on_pct);
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let mut duty = self.smooth(required);
@@ -701,8 +729,10 @@ impl Controller for Predictive {
             reserve_max_c: reserve.iter().copied().fold(0.0, f64::max),
             stream_w: foreseen.get(drained).zip(known.get(drained)).map_or(0.0, |(p, k)| p - k),
             unforeseen_w,
-            stop_safe,
-            stays_stopped,
+            going_on_pct,
+            // The queue's stop plans may let the fan stop where the work going on runs it.
+            stop_safe: stop_safe && going_on_pct < self.limits.min_duty_pct,
+            stays_stopped: stays_stopped && going_on_pct < self.limits.min_duty_pct,
             required_pct: required,
             reactive_floor_pct: floor,
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
@@ -1155,6 +1185,57 @@ mod tests {
         let everywhere = c.within_budget(&c.model, 50.0, outlook, 0, |_| 100.0);
         assert!(!everywhere, "full speed would not hold the first steps either");
         assert_eq!(c.required_duty(50.0, outlook), 20.0);
+    }
+
+    /// The work going on is the power of the last periods, repeated from the oldest.
+    #[test]
+    fn the_work_going_on_repeats_the_last_periods() {
+        let mut c = controller();
+        assert!(c.recent_work_repeated(2, 5).is_empty(), "nothing seen yet");
+        for (t, power_w) in [100.0, 200.0, 300.0].into_iter().enumerate() {
+            c.junction_est_c = Some(60.0);
+            c.model.observe(60.0, power_w, 40.0);
+            c.learn_bias(&obs(t as f64, 60.0, power_w, 40.0));
+        }
+        assert_eq!(c.recent_work_repeated(2, 5), [200.0, 300.0, 200.0, 300.0, 200.0]);
+        assert_eq!(c.recent_work_repeated(9, 4), [100.0, 200.0, 300.0, 100.0]);
+    }
+
+    /// Requests sent back to back, each shown only as it arrives: the queue says the work drains
+    /// within a second. With the junction near the budget, the work of the last seconds going on
+    /// needs more than the fan's floor, and the plans take it; with the junction cool it needs
+    /// the floor alone. (`tests/thermal.rs` runs the sync this was found on.)
+    #[test]
+    fn the_work_going_on_needs_more_than_the_floor_only_near_the_budget() {
+        let draining = lucebox_engine::LoadSignal {
+            requests_processing: 1,
+            slots: vec![lucebox_engine::SlotLoad {
+                id: 1,
+                is_processing: true,
+                prompt_tokens: 400,
+                prompt_processed: 400,
+                decoded_tokens: 3,
+                remaining_tokens: Some(1),
+            }],
+            ..Default::default()
+        };
+        let run = |junction_c: f64| {
+            let mut c = controller();
+            for t in 0..40 {
+                // An idle period now and then: the queue's plans miss no whole window, so they
+                // count no unforeseen work.
+                let power_w = [300.0, 220.0, 220.0, 300.0, 220.0, 220.0, 30.0][t % 7];
+                let seen =
+                    Observation { load: Some(draining.clone()), ..obs(t as f64, junction_c, power_w, 20.0) };
+                c.decide(&seen);
+                c.commanded(Some(20.0));
+            }
+            c.detail().unwrap()
+        };
+        let warm = run(90.0);
+        assert!(warm.going_on_pct > 20.0 && warm.required_pct >= warm.going_on_pct, "{warm:?}");
+        let cool = run(60.0);
+        assert_eq!(cool.going_on_pct, 20.0, "{cool:?}");
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
