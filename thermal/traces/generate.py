@@ -645,6 +645,42 @@ def swe_agent(seed=23, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def game_npcs(seed=24, duration=3600.0):
+    """Twenty-first held-out trace: a small multiplayer game's server on the box for an hour,
+    with the model speaking for its non-player characters. Each player who talks to a character
+    sends its persona, the scene and the recent dialogue (600-1600 tokens in, 20-120 out); talk
+    comes in exchanges of 2-6 lines, the next line 3-12 s after the answer. The players online
+    rise from 2 to 12 over the first 40 minutes and a raid gathers them from minute 40 to 50,
+    when the rate doubles; a player starts an exchange every 60-240 s. Every 4-7 minutes a
+    quest generator writes a quest from the world's state (2.5-5 k in, 400-900 out)."""
+    rng = random.Random(seed)
+    rows = []
+    prefill, decode = 1500.0, 45.0
+
+    def players(t):
+        online = 2.0 + 10.0 * min(t / 2400.0, 1.0)
+        return online * (2.0 if 2400.0 <= t < 3000.0 else 1.0)
+
+    t, exchange = 0.0, 0
+    while t < duration:
+        t += rng.expovariate(players(t) / 150.0)
+        exchange += 1
+        context, said = rng.randint(600, 1300), t
+        for _ in range(rng.randint(2, 6)):
+            out = rng.randint(20, 120)
+            rows.append((round(said, 1), min(context, 1600), out, f"npc{exchange}"))
+            context += out + rng.randint(10, 60)
+            said += min(context, 1600) / prefill + out / decode + rng.uniform(3.0, 12.0)
+    t = rng.uniform(30.0, 240.0)
+    quest = 0
+    while t < duration:
+        quest += 1
+        rows.append((round(t, 1), rng.randint(2500, 5000), rng.randint(400, 900), f"quest{quest}"))
+        t += rng.uniform(240.0, 420.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -669,3 +705,4 @@ if __name__ == "__main__":
     write("email-triage-holdout.csv", SIMPLE_HEADER, email_triage())
     write("home-automation-holdout.csv", SIMPLE_HEADER, home_automation())
     write("swe-agent-holdout.csv", SIMPLE_HEADER, swe_agent())
+    write("game-npcs-holdout.csv", SIMPLE_HEADER, game_npcs())
