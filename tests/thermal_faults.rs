@@ -668,8 +668,13 @@ async fn a_card_whose_driver_stops_answering_holds_up_neither_its_own_fan_nor_th
     );
 
     let wedged = WedgedFile::wedge(hwmon_a.join("temp2_input"), dir.path());
+    // The hand-back writes the fan, then publishes: wait for both.
+    let handed_back = || {
+        read(&hwmon_a, "pwm1_enable") == "2"
+            && mode("0000:03:00.0").is_some_and(|(mode, _)| mode == "firmware-auto")
+    };
     assert!(
-        eventually(|| read(&hwmon_a, "pwm1_enable") == "2", |_| {}).await,
+        eventually(handed_back, |_| {}).await,
         "the stalled card's fan is handed back to firmware auto: {:?}",
         mode("0000:03:00.0")
     );
