@@ -3,6 +3,8 @@
 //! signed and hashed, but not a loadable model) never gets healthy and is rolled back
 //! automatically; the engine comes back on the committed set's model.
 
+#[path = "common/ports.rs"]
+mod ports;
 #[path = "ota_support/mod.rs"]
 mod support;
 
@@ -18,6 +20,7 @@ use lucebox::ota::{
     Updater,
 };
 use lucebox::status::{OtaState, StatusModel};
+use ports::free_port;
 use support::{make_set, publish, sha256_hex, FileServer, PublishSpec};
 use url::Url;
 
@@ -57,10 +60,6 @@ fn llama_server() -> PathBuf {
     let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim());
     assert!(path.is_file(), "{} missing", path.display());
     path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Activates a set by (re)starting llama-server on the first model its manifest names.

@@ -89,6 +89,8 @@ fn run_drives_a_captured_cards_fan_under_engine_load_and_accounts_its_cpu() {
         .arg(repo_root().join("thermal/loop-cpu.sh"))
         .arg("5")
         .env("THERMAL_PRIORS", &priors)
+        .env("ENGINE_PORT", free_port().to_string())
+        .env("WEB_PORT", free_port().to_string())
         .env("LUCEBOX", env!("CARGO_BIN_EXE_lucebox"))
         .env("LUCEBOX_LLAMA_SERVER", llama_server())
         .env("LUCEBOX_TINY_MODEL", tiny_model(dir.path()))

@@ -187,7 +187,7 @@ fn soak_across_supervisor_restarts_leaves_one_engine() {
 /// supervised engine, every figure measured, nothing left running.
 #[test]
 fn bench_pairs_each_kill_with_a_bare_start() {
-    let port = free_port_pair();
+    let port = free_ports(2);
     let out = lucebox_runtime(&[
         "bench",
         "--runtime",
@@ -217,7 +217,7 @@ fn bench_pairs_each_kill_with_a_bare_start() {
 /// instead of timing whatever answers there or waiting out its 60 s.
 #[test]
 fn bench_names_a_taken_bare_start_port() {
-    let port = free_port_pair();
+    let port = free_ports(2);
     let _taken = std::net::TcpListener::bind(("127.0.0.1", port + 1)).unwrap();
     let started = std::time::Instant::now();
     let out =

@@ -8,8 +8,10 @@
 # the whole supervisor's, with what the status said about the fan (`why`, sampled every 5 s);
 # then, after the supervisor stopped, the thermal events and the learned state it left in the
 # state directory (its files, and the model its forecast was learned with). With
-# THERMAL_PRIORS=FILE that file is installed as the active profile set's thermal/priors.toml. Needs LUCEBOX (default target/release/lucebox),
-# LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's set-up), curl and python3.
+# THERMAL_PRIORS=FILE that file is signed and applied (`lucebox ota`) as the active profile set's
+# thermal/priors.toml; ENGINE_PORT and WEB_PORT choose the ports. Needs LUCEBOX (default
+# target/release/lucebox), LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (exported by ci/test.sh's
+# set-up), curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-300}
@@ -33,19 +35,29 @@ mkdir -p "$work/engines/vulkan/bin" "$work/models" "$work/profiles" "$work/state
 ln -s "$(realpath "$LUCEBOX_LLAMA_SERVER")" "$work/engines/vulkan/bin/llama-server"
 cp "$LUCEBOX_TINY_MODEL" "$work/models/tiny-llama.gguf"
 sed 's/^backends = \["cpu"\]/backends = ["vulkan"]/' profiles/tiny-cpu-test.toml > "$work/profiles/tiny-vulkan-test.toml"
+export LUCEBOX_ROOT="$work/root" LUCEBOX_PROFILES_DIR="$work/profiles" LUCEBOX_ENGINES_DIR="$work/engines" \
+  LUCEBOX_MODELS_DIR="$work/models" LUCEBOX_STATE_DIR="$work/state"
 if [ -n "${THERMAL_PRIORS:-}" ]; then
-  mkdir -p "$work/state/sets/current/thermal"
-  cp "$THERMAL_PRIORS" "$work/state/sets/current/thermal/priors.toml"
+  # Installed as a box gets priors: a profile set signed (with a test key) and applied over the air.
+  mkdir -p "$work/set/thermal"
+  echo "version = 1" > "$work/set/manifest.toml"
+  cp "$THERMAL_PRIORS" "$work/set/thermal/priors.toml"
+  { "$LUCEBOX" ota publish --set "$work/set" --out "$work/repo" --root "$work/repo/root.json" \
+      --key tests/fixtures/ota/keys/a.pem &&
+    "$LUCEBOX" ota apply --repo "$work/repo" --trusted-root "$work/repo/root.json" --health-cmd /bin/true
+  } > "$work/ota.log" 2>&1 || { cat "$work/ota.log" >&2; echo "installing $THERMAL_PRIORS failed" >&2; exit 1; }
 fi
-read -r engine_port web_port < <(python3 -c '
+# Ports from the caller (the tests hand out ports no other test gets), else any two free ones.
+if [ -z "${ENGINE_PORT:-}" ] || [ -z "${WEB_PORT:-}" ]; then
+  read -r ENGINE_PORT WEB_PORT < <(python3 -c '
 import socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*(x.getsockname()[1] for x in s))')
+fi
+engine_port=$ENGINE_PORT web_port=$WEB_PORT
 
-LUCEBOX_ROOT="$work/root" LUCEBOX_PROFILES_DIR="$work/profiles" LUCEBOX_ENGINES_DIR="$work/engines" \
-  LUCEBOX_MODELS_DIR="$work/models" LUCEBOX_STATE_DIR="$work/state" LUCEBOX_ENGINE__PORT=$engine_port \
-  LUCEBOX_WEB__PORT=$web_port LUCEBOX_RUNTIME__MODE=process \
+LUCEBOX_ENGINE__PORT=$engine_port LUCEBOX_WEB__PORT=$web_port LUCEBOX_RUNTIME__MODE=process \
   "$LUCEBOX" run > "$work/run.log" 2>&1 </dev/null &
 supervisor=$!
 

@@ -1,7 +1,11 @@
 //! Helpers shared by the integration tests in this folder.
 #![allow(dead_code)]
 
+pub mod ports;
 pub mod thermal;
+
+#[allow(unused_imports)] // each test binary uses a different part
+pub use ports::{free_port, free_ports};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -93,10 +97,6 @@ pub fn tiny_model(dir: &Path) -> PathBuf {
         Command::new("python3").arg(repo_root().join("ci/make-tiny-model.py")).arg(&model).status().unwrap();
     assert!(status.success(), "ci/make-tiny-model.py failed");
     model
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A real `lucebox run` in a temporary directory: the CPU llama-server as the `cpu` engine build,

@@ -2,7 +2,11 @@
 //! them, and `lucebox runtime run` as a child process observed through its status file.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::net::TcpListener;
+#[path = "../common/ports.rs"]
+mod ports;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use ports::{free_port, free_ports};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -55,23 +59,6 @@ pub fn model() -> PathBuf {
             out
         })
         .clone()
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A free port whose next port is free too: `lucebox runtime bench` starts its bare engine there.
-/// (A next port that another test held made the bare start wait out its 60 s.)
-pub fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let first = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = first.local_addr().unwrap().port();
-        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no two free ports in a row after 100 tries");
 }
 
 /// The engine args every test uses (`-t 1`: CI has 2 cores).

@@ -5,6 +5,11 @@
 
 #![allow(dead_code)]
 
+// The supervisor's tests pick ports the same way (why: the file's own comment).
+#[path = "../../../tests/common/ports.rs"]
+mod ports;
+pub use ports::free_port;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -57,11 +62,6 @@ pub fn tiny_model(dir: &Path) -> PathBuf {
         script.display()
     );
     out
-}
-
-/// A free loopback port (bound then released; the engine binds it right after).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A running llama-server; killed and reaped when dropped.

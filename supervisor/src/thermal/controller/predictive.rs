@@ -701,6 +701,7 @@ impl Controller for Predictive {
         let going_on_pct =
             self.required_duty(junction_c, Outlook { power: &going_on, reserve: &no_reserve, budget_c });
         let required = required.max(going_on_pct);
+        let going_on_stops = going_on_pct < self.limits.min_duty_pct;
         // The forecast is never trusted below a reactive curve near the limit.
         let floor = interpolate(&[(limit - MARGIN_C, 0.0), (limit, 100.0)], obs.junction_c);
         let mut duty = self.smooth(required);
@@ -731,8 +732,8 @@ impl Controller for Predictive {
             unforeseen_w,
             going_on_pct,
             // The queue's stop plans may let the fan stop where the work going on runs it.
-            stop_safe: stop_safe && going_on_pct < self.limits.min_duty_pct,
-            stays_stopped: stays_stopped && going_on_pct < self.limits.min_duty_pct,
+            stop_safe: stop_safe && going_on_stops,
+            stays_stopped: stays_stopped && going_on_stops,
             required_pct: required,
             reactive_floor_pct: floor,
             held: duty > plans_alone + 0.5 && duty > floor + 0.5,
