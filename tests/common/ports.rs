@@ -15,7 +15,7 @@ use std::sync::Mutex;
 /// Ports this process has handed out, never handed out again.
 static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
-/// Where the search starts when the ephemeral range leaves no room below it.
+/// The lowest port handed out: clear of the well-known and common service ports.
 const LOWEST: u16 = 10_000;
 
 /// A free port on 127.0.0.1.

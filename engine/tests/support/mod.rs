@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-// The supervisor's tests pick ports the same way (why: the file's own comment).
+// One port helper for every test in the repository (its module comment says why).
 #[path = "../../../tests/common/ports.rs"]
 mod ports;
 pub use ports::free_port;
