@@ -295,6 +295,46 @@ fn failed_smoke_start_is_recorded_with_its_reason() {
     assert_eq!(g["proof"], serde_json::json!({"state": "proven", "cached": false}), "{g:#}");
 }
 
+/// The port a smoke start picks may be taken before the engine listens on it (anything on the box
+/// may be handed it for an outgoing connection). That says nothing of the build: the start is made
+/// again on another port, and the build is proven, not failed and stepped down from for a day. The
+/// engine here finds its first port held by another process, as the real llama-server would.
+#[test]
+fn a_smoke_start_whose_port_was_taken_is_made_again_on_another() {
+    let Some((engines, models, state)) = live_engine_dirs() else { return };
+    let server = engines.path().join("cpu/bin/llama-server");
+    let real = std::fs::read_link(&server).unwrap();
+    let taken = state.path().join("first-port-taken");
+    std::fs::remove_file(&server).unwrap();
+    let script = format!(
+        "#!/bin/sh\n\
+         port=$(echo \"$@\" | sed -n 's/.*--port \\([0-9]*\\).*/\\1/p')\n\
+         if [ ! -e '{taken}' ]; then\n\
+           echo \"$port\" > '{taken}'\n\
+           python3 -c 'import socket, sys, time\n\
+         s = socket.socket(); s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen(); time.sleep(15)' \"$port\" &\n\
+           sleep 1\n\
+         fi\n\
+         exec '{real}' \"$@\"\n",
+        taken = taken.display(),
+        real = real.display()
+    );
+    std::fs::write(&server, script).unwrap();
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let plan = json_of(&run_ok(
+        lucebox()
+            .args(["plan", "--json"])
+            .env("LUCEBOX_ENGINES_DIR", engines.path())
+            .env("LUCEBOX_MODELS_DIR", models.path())
+            .env("LUCEBOX_STATE_DIR", state.path())
+            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
+    ));
+    assert!(taken.exists(), "the first smoke start never ran");
+    let g = group(&plan, "cpu");
+    assert_eq!(g["proof"], serde_json::json!({"state": "proven", "cached": false}), "{g:#}");
+    assert_eq!(g["choice"]["profile"], "tiny-cpu-test", "{g:#}");
+}
+
 /// On a host that runs its engines in containers the builds are in the image, not on the host: a
 /// smoke start there would run a path that is not there (or another build than the image's), so
 /// none is run, and the plan says why.

@@ -154,10 +154,40 @@ fn watchdog(settings: &SmokeSettings, launch: &super::Launch) -> Duration {
     }
 }
 
+/// A smoke start picks a free port and hands it to the engine, and anything on the box may take the
+/// port in between (an outgoing connection is given one from the same range). The engine then
+/// cannot listen and exits, which says nothing of the build, while a failure is kept for a day and
+/// steps the device down to another variant: such a start is made again on another port.
+const PORT_TRIES: usize = 3;
+
+/// How one smoke start on a port ended, short of a healthy engine.
+enum StartError {
+    /// The engine exited and someone else holds its port.
+    PortTaken,
+    Failed(String),
+}
+
 /// Starts the engine on a free loopback port and waits for `/health` 200 under the watchdog.
 fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+        match smoke_start_on(port, choice, settings) {
+            Ok(()) => return Ok(()),
+            Err(StartError::Failed(reason)) => return Err(reason),
+            Err(StartError::PortTaken) if tries < PORT_TRIES => {
+                tracing::info!("smoke start of {}: port {port} was taken; another port", choice.variant);
+            }
+            Err(StartError::PortTaken) => {
+                return Err(format!("the port was taken before the engine listened, {tries} times"))
+            }
+        }
+    }
+}
+
+fn smoke_start_on(port: u16, choice: &Choice, settings: &SmokeSettings) -> Result<(), StartError> {
     let launch = &choice.launch;
-    let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let mut args = launch.args.clone();
     replace_after(&mut args, &["--port"], &port.to_string());
     replace_after(&mut args, &["--host"], "127.0.0.1");
@@ -168,23 +198,30 @@ fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> 
         }
     }
     if !Path::new(&launch.program).exists() {
-        return Err(format!("{} not found", launch.program));
+        return Err(StartError::Failed(format!("{} not found", launch.program)));
     }
     let mut command = Command::new(&launch.program);
     command.args(&args).envs(&launch.env).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child =
-        crate::exec::spawn_blocking(&mut command).map_err(|e| format!("{}: {e}", launch.program))?;
+    let mut child = crate::exec::spawn_blocking(&mut command)
+        .map_err(|e| StartError::Failed(format!("{}: {e}", launch.program)))?;
     let deadline = Instant::now() + watchdog(settings, launch);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let result = loop {
         if let Ok(Some(status)) = child.try_wait() {
-            break Err(format!("engine exited with {status} before it was healthy"));
+            // Its own listener is closed once it has exited: a port still held is someone else's.
+            break match TcpListener::bind(addr) {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(StartError::PortTaken),
+                _ => Err(StartError::Failed(format!("engine exited with {status} before it was healthy"))),
+            };
         }
         if health_ok(addr) {
             break Ok(());
         }
         if Instant::now() >= deadline {
-            break Err(format!("not healthy within the {} s watchdog", settings.watchdog.as_secs()));
+            break Err(StartError::Failed(format!(
+                "not healthy within the {} s watchdog",
+                settings.watchdog.as_secs()
+            )));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
