@@ -238,25 +238,14 @@ fn fifty_profiles_plan_correctly() {
 #[test]
 fn smoke_start_proves_the_cpu_engine_and_caches_it() {
     let Some((engines, models, state)) = live_engine_dirs() else { return };
-    let plan = |extra: &[(&str, &str)]| {
-        let mut cmd = lucebox();
-        cmd.args(["plan", "--json"])
-            .env("LUCEBOX_ENGINES_DIR", engines.path())
-            .env("LUCEBOX_MODELS_DIR", models.path())
-            .env("LUCEBOX_STATE_DIR", state.path())
-            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test");
-        for (k, v) in extra {
-            cmd.env(k, v);
-        }
-        json_of(&run_ok(&mut cmd))
-    };
-    let first = plan(&[]);
+    let plan = || json_of(&run_ok(&mut live_plan_command(&engines, &models, &state)));
+    let first = plan();
     assert_eq!(
         group(&first, "cpu")["proof"],
         serde_json::json!({"state": "proven", "cached": false}),
         "{first:#}"
     );
-    let second = plan(&[]);
+    let second = plan();
     assert_eq!(group(&second, "cpu")["proof"], serde_json::json!({"state": "proven", "cached": true}));
 }
 
@@ -272,16 +261,7 @@ fn failed_smoke_start_is_recorded_with_its_reason() {
         0o755,
     );
     std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let plan = || {
-        json_of(&run_ok(
-            lucebox()
-                .args(["plan", "--json"])
-                .env("LUCEBOX_ENGINES_DIR", engines.path())
-                .env("LUCEBOX_MODELS_DIR", models.path())
-                .env("LUCEBOX_STATE_DIR", state.path())
-                .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
-        ))
-    };
+    let plan = || json_of(&run_ok(&mut live_plan_command(&engines, &models, &state)));
     let first = plan();
     let g = group(&first, "cpu");
     assert_eq!(g["proof"]["state"], "failed", "{g:#}");
@@ -321,14 +301,7 @@ fn a_smoke_start_whose_port_was_taken_is_made_again_on_another() {
     );
     std::fs::write(&server, script).unwrap();
     std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let plan = json_of(&run_ok(
-        lucebox()
-            .args(["plan", "--json"])
-            .env("LUCEBOX_ENGINES_DIR", engines.path())
-            .env("LUCEBOX_MODELS_DIR", models.path())
-            .env("LUCEBOX_STATE_DIR", state.path())
-            .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test"),
-    ));
+    let plan = json_of(&run_ok(&mut live_plan_command(&engines, &models, &state)));
     assert!(taken.exists(), "the first smoke start never ran");
     let g = group(&plan, "cpu");
     assert_eq!(g["proof"], serde_json::json!({"state": "proven", "cached": false}), "{g:#}");
@@ -341,15 +314,8 @@ fn a_smoke_start_whose_port_was_taken_is_made_again_on_another() {
 #[test]
 fn a_host_running_engines_in_containers_does_not_smoke_start_them_and_says_why() {
     let Some((engines, models, state)) = live_engine_dirs() else { return };
-    let output = lucebox()
-        .args(["plan", "--json"])
-        .env("LUCEBOX_RUNTIME__MODE", "docker")
-        .env("LUCEBOX_ENGINES_DIR", engines.path())
-        .env("LUCEBOX_MODELS_DIR", models.path())
-        .env("LUCEBOX_STATE_DIR", state.path())
-        .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test")
-        .output()
-        .unwrap();
+    let output =
+        live_plan_command(&engines, &models, &state).env("LUCEBOX_RUNTIME__MODE", "docker").output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -361,6 +327,21 @@ fn a_host_running_engines_in_containers_does_not_smoke_start_them_and_says_why()
 /// Engines dir with the real CPU llama-server, a models dir with the tiny model, a state dir.
 /// Needs LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (ci/test.sh sets both); without them the
 /// test fails, telling how to set them up.
+/// `lucebox plan --json` on the directories of [`live_engine_dirs`], the tiny CPU profile pinned.
+fn live_plan_command(
+    engines: &tempfile::TempDir,
+    models: &tempfile::TempDir,
+    state: &tempfile::TempDir,
+) -> std::process::Command {
+    let mut cmd = lucebox();
+    cmd.args(["plan", "--json"])
+        .env("LUCEBOX_ENGINES_DIR", engines.path())
+        .env("LUCEBOX_MODELS_DIR", models.path())
+        .env("LUCEBOX_STATE_DIR", state.path())
+        .env("LUCEBOX_PIN__DEFAULT__PROFILE", "tiny-cpu-test");
+    cmd
+}
+
 fn live_engine_dirs() -> Option<(tempfile::TempDir, tempfile::TempDir, tempfile::TempDir)> {
     let server = std::env::var("LUCEBOX_LLAMA_SERVER")
         .expect("LUCEBOX_LLAMA_SERVER unset: run `bash ci/test.sh` (it builds llama-server and sets it)");
