@@ -256,10 +256,6 @@ fn failed_smoke_start_is_recorded_with_its_reason() {
     let broken = engines.path().join("cpu/bin/llama-server");
     std::fs::remove_file(&broken).unwrap();
     std::fs::write(&broken, "#!/bin/sh\necho 'illegal instruction' >&2\nexit 132\n").unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(
-        &mut std::fs::metadata(&broken).unwrap().permissions(),
-        0o755,
-    );
     std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let plan = || json_of(&run_ok(&mut live_plan_command(&engines, &models, &state)));
     let first = plan();
