@@ -15,8 +15,11 @@ const ALPHA: f64 = 0.2;
 const FAST_PREFILL_DECAY: f64 = 0.98;
 /// Streams tracked separately for decode power; more share the last entry's slope.
 const MAX_STREAMS_TRACKED: usize = 16;
-/// Per new request the "large prompt" memory decays by this factor.
-const PROMPT_MEMORY_DECAY: f64 = 0.99;
+/// Per new request the "large prompt" memory decays by this factor (half of it in ~700 requests):
+/// the largest prompts (an agent's compaction, a document sent whole) come hundreds of requests
+/// apart on a busy box, and a memory of about a hundred requests forgot them between two
+/// (thermal/FINDINGS.md, "The size of a surprise, remembered").
+const PROMPT_MEMORY_DECAY: f64 = 0.999;
 /// Learning rate (per arrival) of the share of requests that arrive while the engine is busy.
 const BUSY_ALPHA: f64 = 0.15;
 /// Below this share of busy arrivals the work is taken as sequential (one user or agent waiting
@@ -898,6 +901,21 @@ mod tests {
         f.observe(&signal(joined), 300.0, 1.0);
         assert_eq!(f.large_prompt_tokens, 21_000.0, "the 12,000 still waiting and the new 9,000");
         assert!(f.large_prefill_s() > 4.0 * single);
+    }
+
+    /// A coding agent compacts its context now and then: one long prompt among hundreds of short
+    /// turns. On a busy box those hundreds come within the hour, and the long prompt's prefill is
+    /// still the surprise to keep room for when the next compaction comes.
+    #[test]
+    fn a_large_prompt_is_remembered_over_hundreds_of_short_ones() {
+        let mut f = PowerForecast::new();
+        f.observe(&LoadSignal::default(), 30.0, 1.0);
+        f.observe(&signal(vec![slot(1, 30_000, 0, 100)]), 300.0, 1.0);
+        for id in 2..=500 {
+            f.observe(&signal(vec![]), 30.0, 1.0);
+            f.observe(&signal(vec![slot(id, 500, 0, 20)]), 300.0, 1.0);
+        }
+        assert!(f.large_prompt_tokens > 15_000.0, "{} of 30,000 left", f.large_prompt_tokens);
     }
 
     /// A fast card with short prompts: each is seen waiting at one sample and done by the next,
