@@ -27,8 +27,7 @@
 #             kept). RUNS=twentieth (a 70 W low-profile blower RTX 4000 SFF Ada in an office
 #             server and a coding agent's issue queue) judged the last seconds' work going on.
 #             RUNS=twentyfirst (the upper of two R9700 blowers in a workstation and a game
-#             server's characters) was written and committed before anything ran on it, to
-#             judge the next change.
+#             server's characters) judged the slower memory of the largest prompt (kept).
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
