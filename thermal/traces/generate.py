@@ -681,6 +681,50 @@ def game_npcs(seed=24, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def camera_vlm(seed=25, duration=3600.0):
+    """Twenty-second held-out trace: a home's camera box for an hour of a weekday afternoon, a
+    vision-language model describing what four cameras see. Each camera sends a still every
+    50-70 s (an image of 1200-1500 tokens with a short instruction, 15-60 tokens out). Motion
+    starts an event (about one per camera every 6 minutes, 20-90 s long) in which the camera sends
+    a frame every 1.5-4 s (the same size, 30-150 out); a parcel delivery at minute 18 and the
+    family coming home at minute 44 set off every camera at once for 1-3 minutes. A person asks
+    about the footage now and then (2-5 k in, 100-400 out), and at minute 56 asks for a summary of
+    the hour from the event log (14-22 k in, 500-1100 out)."""
+    rng = random.Random(seed)
+    rows = []
+
+    def frame(t, out, label):
+        rows.append((round(t, 1), rng.randint(1200, 1500) + rng.randint(20, 80), out, label))
+
+    for cam in range(1, 5):
+        t = rng.uniform(0.0, 60.0)
+        while t < duration:
+            frame(t, rng.randint(15, 60), f"still{cam}")
+            t += rng.uniform(50.0, 70.0)
+        t, event = rng.expovariate(1.0 / 360.0), 0
+        while t < duration:
+            event += 1
+            end = t + rng.uniform(20.0, 90.0)
+            while t < end:
+                frame(t, rng.randint(30, 150), f"cam{cam}e{event}")
+                t += rng.uniform(1.5, 4.0)
+            t += rng.expovariate(1.0 / 360.0)
+    for start in (18 * 60.0, 44 * 60.0):
+        for cam in range(1, 5):
+            t, end = start + rng.uniform(0.0, 20.0), start + rng.uniform(60.0, 180.0)
+            while t < end:
+                frame(t, rng.randint(30, 150), f"all{int(start)}c{cam}")
+                t += rng.uniform(1.5, 4.0)
+    t, question = rng.uniform(120.0, 600.0), 0
+    while t < duration:
+        question += 1
+        rows.append((round(t, 1), rng.randint(2000, 5000), rng.randint(100, 400), f"ask{question}"))
+        t += rng.uniform(300.0, 900.0)
+    rows.append((round(56 * 60.0 + rng.uniform(0.0, 30.0), 1), rng.randint(14000, 22000), rng.randint(500, 1100), "summary"))
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -706,3 +750,4 @@ if __name__ == "__main__":
     write("home-automation-holdout.csv", SIMPLE_HEADER, home_automation())
     write("swe-agent-holdout.csv", SIMPLE_HEADER, swe_agent())
     write("game-npcs-holdout.csv", SIMPLE_HEADER, game_npcs())
+    write("camera-vlm-holdout.csv", SIMPLE_HEADER, camera_vlm())
