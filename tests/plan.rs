@@ -320,9 +320,6 @@ fn a_host_running_engines_in_containers_does_not_smoke_start_them_and_says_why()
     assert!(!state.path().join("smoke-cache.json").exists(), "nothing proven, nothing cached");
 }
 
-/// Engines dir with the real CPU llama-server, a models dir with the tiny model, a state dir.
-/// Needs LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (ci/test.sh sets both); without them the
-/// test fails, telling how to set them up.
 /// `lucebox plan --json` on the directories of [`live_engine_dirs`], the tiny CPU profile pinned.
 fn live_plan_command(
     engines: &tempfile::TempDir,
@@ -338,6 +335,9 @@ fn live_plan_command(
     cmd
 }
 
+/// Engines dir with the real CPU llama-server, a models dir with the tiny model, a state dir.
+/// Needs LUCEBOX_LLAMA_SERVER and LUCEBOX_TINY_MODEL (ci/test.sh sets both); without them the
+/// test fails, telling how to set them up.
 fn live_engine_dirs() -> Option<(tempfile::TempDir, tempfile::TempDir, tempfile::TempDir)> {
     let server = std::env::var("LUCEBOX_LLAMA_SERVER")
         .expect("LUCEBOX_LLAMA_SERVER unset: run `bash ci/test.sh` (it builds llama-server and sets it)");

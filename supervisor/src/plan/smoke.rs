@@ -169,9 +169,7 @@ enum StartError {
 
 /// Starts the engine on a free loopback port and waits for `/health` 200 under the watchdog.
 fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
+    for tries in 1..=PORT_TRIES {
         let port = free_port().map_err(|e| format!("no free port: {e}"))?;
         match smoke_start_on(port, choice, settings) {
             Ok(()) => return Ok(()),
@@ -179,11 +177,10 @@ fn smoke_start(choice: &Choice, settings: &SmokeSettings) -> Result<(), String> 
             Err(StartError::PortTaken) if tries < PORT_TRIES => {
                 tracing::info!("smoke start of {}: port {port} was taken; another port", choice.variant);
             }
-            Err(StartError::PortTaken) => {
-                return Err(format!("the port was taken before the engine listened, {tries} times"))
-            }
+            Err(StartError::PortTaken) => {}
         }
     }
+    Err(format!("the port was taken before the engine listened, {PORT_TRIES} times"))
 }
 
 fn smoke_start_on(port: u16, choice: &Choice, settings: &SmokeSettings) -> Result<(), StartError> {
