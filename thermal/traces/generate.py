@@ -696,6 +696,13 @@ def camera_vlm(seed=25, duration=3600.0):
     def frame(t, out, label):
         rows.append((round(t, 1), rng.randint(1200, 1500) + rng.randint(20, 80), out, label))
 
+    def motion(t, end, label):
+        """Frames every 1.5-4 s from `t` until `end`; returns when the last one was sent."""
+        while t < end:
+            frame(t, rng.randint(30, 150), label)
+            t += rng.uniform(1.5, 4.0)
+        return t
+
     for cam in range(1, 5):
         t = rng.uniform(0.0, 60.0)
         while t < duration:
@@ -704,23 +711,19 @@ def camera_vlm(seed=25, duration=3600.0):
         t, event = rng.expovariate(1.0 / 360.0), 0
         while t < duration:
             event += 1
-            end = t + rng.uniform(20.0, 90.0)
-            while t < end:
-                frame(t, rng.randint(30, 150), f"cam{cam}e{event}")
-                t += rng.uniform(1.5, 4.0)
+            t = motion(t, t + rng.uniform(20.0, 90.0), f"cam{cam}e{event}")
             t += rng.expovariate(1.0 / 360.0)
     for start in (18 * 60.0, 44 * 60.0):
         for cam in range(1, 5):
             t, end = start + rng.uniform(0.0, 20.0), start + rng.uniform(60.0, 180.0)
-            while t < end:
-                frame(t, rng.randint(30, 150), f"all{int(start)}c{cam}")
-                t += rng.uniform(1.5, 4.0)
+            motion(t, end, f"all{int(start)}c{cam}")
     t, question = rng.uniform(120.0, 600.0), 0
     while t < duration:
         question += 1
         rows.append((round(t, 1), rng.randint(2000, 5000), rng.randint(100, 400), f"ask{question}"))
         t += rng.uniform(300.0, 900.0)
-    rows.append((round(56 * 60.0 + rng.uniform(0.0, 30.0), 1), rng.randint(14000, 22000), rng.randint(500, 1100), "summary"))
+    summary_t = 56 * 60.0 + rng.uniform(0.0, 30.0)
+    rows.append((round(summary_t, 1), rng.randint(14000, 22000), rng.randint(500, 1100), "summary"))
     rows.sort()
     return [r for r in rows if r[0] < duration]
 
