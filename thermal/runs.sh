@@ -29,8 +29,8 @@
 #             RUNS=twentyfirst (the upper of two R9700 blowers in a workstation and a game
 #             server's characters) judged the slower memory of the largest prompt (kept).
 #             RUNS=twentysecond (an RTX 4090 unlocked to 600 W under a large zero-rpm cooler
-#             and a home's camera box describing four cameras) was written and committed
-#             before anything ran on it, to judge the next change.
+#             and a home's camera box describing four cameras) judged the heatsink's
+#             warming after the fan answers (not kept).
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
