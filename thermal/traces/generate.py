@@ -728,6 +728,43 @@ def camera_vlm(seed=25, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def newsroom(seed=26, duration=3600.0):
+    """Twenty-third held-out trace: a small newsroom's wire desk for an hour of an afternoon.
+    Every 15-75 s a wire story comes in and is tagged and routed (500-2500 tokens in, 10-40
+    out). At minute 25 news breaks: for 6-10 minutes three editors each ask for rewrites, fact
+    boxes and headlines on the running story (2-6 k tokens in, 200-600 out), each reading the
+    answer as it streams and asking again 2-10 s after it ends, while the wire comes three times
+    as fast. Every 8-15 minutes a story is translated for the partner paper (1500-4000 in,
+    1000-2500 out: long decode), and at minute 50 the desk asks for the day's digest (20-30 k
+    in, 800-1500 out)."""
+    rng = random.Random(seed)
+    rows = []
+    breaking, breaking_end = 25 * 60.0, 25 * 60.0 + rng.uniform(360.0, 600.0)
+    t, story = rng.uniform(0.0, 30.0), 0
+    while t < duration:
+        story += 1
+        rows.append((round(t, 1), rng.randint(500, 2500), rng.randint(10, 40), f"wire{story}"))
+        gap = rng.uniform(15.0, 75.0)
+        t += gap / 3.0 if breaking <= t < breaking_end else gap
+    for editor in range(1, 4):
+        at, ask = breaking + rng.uniform(5.0, 60.0), 0
+        while at < breaking_end:
+            ask += 1
+            out = rng.randint(200, 600)
+            rows.append((round(at, 1), rng.randint(2000, 6000), out, f"ed{editor}a{ask}"))
+            # The answer streams at ~40 tok/s and is read as it comes; the next ask follows.
+            at += out / 40.0 + rng.uniform(2.0, 10.0)
+    t, translation = rng.uniform(60.0, 600.0), 0
+    while t < duration:
+        translation += 1
+        rows.append((round(t, 1), rng.randint(1500, 4000), rng.randint(1000, 2500), f"tr{translation}"))
+        t += rng.uniform(480.0, 900.0)
+    digest_t = 50 * 60.0 + rng.uniform(0.0, 60.0)
+    rows.append((round(digest_t, 1), rng.randint(20000, 30000), rng.randint(800, 1500), "digest"))
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -754,3 +791,4 @@ if __name__ == "__main__":
     write("swe-agent-holdout.csv", SIMPLE_HEADER, swe_agent())
     write("game-npcs-holdout.csv", SIMPLE_HEADER, game_npcs())
     write("camera-vlm-holdout.csv", SIMPLE_HEADER, camera_vlm())
+    write("newsroom-holdout.csv", SIMPLE_HEADER, newsroom())
