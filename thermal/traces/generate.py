@@ -765,6 +765,34 @@ def newsroom(seed=26, duration=3600.0):
     return [r for r in rows if r[0] < duration]
 
 
+def subtitles(seed=27, duration=3600.0):
+    """Twenty-fourth held-out trace: a small studio's subtitling box for an hour. Two workers each
+    take a video and translate its transcript in chunks of about forty lines (600-1200 tokens in,
+    500-1000 out), each chunk sent as soon as the last one is back; a video is 8-30 chunks, and a
+    worker waits 1-6 minutes between videos. Every 5-12 minutes a reviewer asks for a glossary
+    check against the style guide (3-6 k in, 100-300 out)."""
+    rng = random.Random(seed)
+    rows = []
+    for worker in range(1, 3):
+        t, video = rng.uniform(0.0, 120.0), 0
+        while t < duration:
+            video += 1
+            for chunk in range(rng.randint(8, 30)):
+                out = rng.randint(500, 1000)
+                prompt = rng.randint(600, 1200)
+                rows.append((round(t, 1), prompt, out, f"w{worker}v{video}c{chunk + 1}"))
+                # The chunk back at ~42 tok/s (two streams share the card), then the next.
+                t += prompt / 2200.0 + out / 42.0 + rng.uniform(0.2, 1.5)
+            t += rng.uniform(60.0, 360.0)
+    t, review = rng.uniform(120.0, 600.0), 0
+    while t < duration:
+        review += 1
+        rows.append((round(t, 1), rng.randint(3000, 6000), rng.randint(100, 300), f"review{review}"))
+        t += rng.uniform(300.0, 720.0)
+    rows.sort()
+    return [r for r in rows if r[0] < duration]
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -792,3 +820,4 @@ if __name__ == "__main__":
     write("game-npcs-holdout.csv", SIMPLE_HEADER, game_npcs())
     write("camera-vlm-holdout.csv", SIMPLE_HEADER, camera_vlm())
     write("newsroom-holdout.csv", SIMPLE_HEADER, newsroom())
+    write("subtitles-holdout.csv", SIMPLE_HEADER, subtitles())
