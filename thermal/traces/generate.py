@@ -15,6 +15,11 @@ def write(name, header, rows):
             f.write(",".join(str(x) for x in r) + "\n")
 
 
+def before(rows, duration):
+    """The requests that arrive within `duration`, in time order."""
+    return sorted(r for r in rows if r[0] < duration)
+
+
 def chat_sessions(rng, rows, start, duration, turns, grow, tokens_per_s, reading_s, next_session_s, label):
     """Chat sessions alongside other work, appended to `rows`: from `start` until `duration`, each
     opens with 200-1500 tokens and has `turns` (a range) turns of 100-600-token answers, the
@@ -87,8 +92,7 @@ def batch(seed=3, duration=1800.0):
     for start in (60.0, 900.0):
         for i in range(rng.randint(40, 60)):
             rows.append((round(start + rng.uniform(0.0, 20.0), 1), rng.randint(800, 3000), rng.randint(300, 900), f"b{int(start)}"))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def azure_style(seed=4, duration=3600.0):
@@ -152,8 +156,7 @@ def office(seed=6, duration=3600.0):
         for _ in range(rng.randint(3, 8)):
             rows.append((round(t + rng.uniform(0.0, 3.0), 1), rng.randint(4000, 9000), rng.randint(60, 250), f"r{session}"))
         t += rng.uniform(300.0, 900.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def kb_assistant(seed=7, duration=3600.0):
@@ -173,8 +176,7 @@ def kb_assistant(seed=7, duration=3600.0):
         start += rng.expovariate(1.0 / (25.0 if busy else 110.0))
     for i in range(30):
         rows.append((round(2400.0 + rng.uniform(0.0, 2.0), 1), rng.randint(2000, 6000), rng.randint(200, 400), "index"))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def home_lab(seed=8, duration=3600.0):
@@ -210,8 +212,7 @@ def home_lab(seed=8, duration=3600.0):
     for i in range(40):
         rows.append((round(t, 1), rng.randint(1500, 3000), rng.randint(600, 1200), "translate"))
         t += rng.uniform(15.0, 25.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def parallel_agents(seed=9, duration=3600.0):
@@ -241,8 +242,7 @@ def parallel_agents(seed=9, duration=3600.0):
                 # The turn's own time (~38 tok/s decode) and the tool call after it.
                 t += out / 38.0 + rng.uniform(2.0, 40.0)
             t += rng.uniform(60.0, 300.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def pipelines(seed=10, duration=3600.0):
@@ -265,8 +265,7 @@ def pipelines(seed=10, duration=3600.0):
         start += rng.uniform(480.0, 720.0)
     chat_sessions(rng, rows, rng.uniform(5.0, 60.0), duration, (2, 6), (20, 200), 42.0, (15.0, 60.0),
                   lambda: rng.expovariate(1.0 / 180.0), "chat")
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def ingest(seed=11, duration=3600.0):
@@ -295,8 +294,7 @@ def ingest(seed=11, duration=3600.0):
             rows.append((round(t, 1), rng.randint(3000, 8000), out, f"ask{session}"))
             t += out / 52.0 + rng.uniform(20.0, 90.0)
         start += rng.expovariate(1.0 / 100.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def doc_review(seed=12, duration=3600.0):
@@ -321,8 +319,7 @@ def doc_review(seed=12, duration=3600.0):
                 rows.append((round(t, 1), prompt, out, session))
                 t += prompt / 150.0 + out / 18.0 + rng.uniform(30.0, 150.0)
             t += rng.uniform(120.0, 480.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def support_desk(seed=13, duration=3600.0):
@@ -340,8 +337,7 @@ def support_desk(seed=13, duration=3600.0):
             rows.append((round(t + rng.uniform(10.0, 40.0), 1), rng.randint(300, 1200), rng.randint(100, 300), f"t{ticket}"))
         busy = t < 1200.0 or t > duration - 1500.0
         t += rng.uniform(4.0, 25.0) if busy else rng.uniform(30.0, 120.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def classroom(seed=14, duration=3000.0):
@@ -371,8 +367,7 @@ def classroom(seed=14, duration=3000.0):
             rows.append((round(stray, 1), rng.randint(300, 1500), rng.randint(100, 500), f"q{exercise}x{round(stray)}"))
             stray += rng.uniform(60.0, 240.0)
         t = next_exercise
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def research_agent(seed=15, duration=3600.0):
@@ -398,8 +393,7 @@ def research_agent(seed=15, duration=3600.0):
             out = rng.randint(500, 1500)
             rows.append((round(t, 1), rng.randint(8000, 20000), out, session))
             t += out / 55.0 + rng.uniform(60.0, 240.0) + rng.uniform(20.0, 120.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def voice_assistant(seed=16, duration=3600.0):
@@ -425,8 +419,7 @@ def voice_assistant(seed=16, duration=3600.0):
             # The answer at ~38 tok/s, read out at ~3 words a second, then the next question.
             at += out / 38.0 + out / 4.0 + rng.uniform(4.0, 20.0)
         t += min(300.0, max(20.0, rng.expovariate(1.0 / 110.0)))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def meeting_notes(seed=17, duration=3600.0):
@@ -459,8 +452,7 @@ def meeting_notes(seed=17, duration=3600.0):
         t = end + rng.uniform(120.0, 360.0)
     chat_sessions(rng, rows, rng.uniform(0.0, 240.0), duration, (1, 4), (50, 300), 30.0, (20.0, 90.0),
                   lambda: rng.uniform(120.0, 480.0), "c")
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def eval_harness(seed=18, duration=3600.0):
@@ -485,8 +477,7 @@ def eval_harness(seed=18, duration=3600.0):
                             lambda: (rng.randint(300, 2000), rng.randint(1, 20)),
                             lambda prompt, out: 8 * prompt / 4000.0 + out / 50.0, (0.05, 0.2), suite)
         t += rng.uniform(120.0, 360.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def long_context(seed=19, duration=3600.0):
@@ -532,8 +523,7 @@ def translation(seed=20, duration=3600.0):
     for person in ("a", "b"):
         chat_sessions(rng, rows, rng.uniform(0.0, 300.0), duration, (3, 9), (20, 200), 45.0,
                       (15.0, 120.0), lambda: rng.uniform(300.0, 900.0), f"term-{person}")
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def email_triage(seed=21, duration=3600.0):
@@ -569,8 +559,7 @@ def email_triage(seed=21, duration=3600.0):
                      rng.randint(400, 1000), f"digest{digest + 1}"))
     chat_sessions(rng, rows, rng.uniform(0.0, 600.0), duration, (2, 7), (20, 200), 40.0,
                   (20.0, 90.0), lambda: rng.uniform(300.0, 1200.0), "chat")
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def home_automation(seed=22, duration=3600.0):
@@ -602,8 +591,7 @@ def home_automation(seed=22, duration=3600.0):
         rows.append((round(t, 1), context, out, "homework"))
         context += out + rng.randint(30, 200)
         t += context / 1800.0 + out / 35.0 + rng.uniform(30.0, 120.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def swe_agent(seed=23, duration=3600.0):
@@ -641,8 +629,7 @@ def swe_agent(seed=23, duration=3600.0):
     for n in range(rng.randint(3, 6)):
         asked = round(rng.uniform(0.0, duration), 1)
         rows.append((asked, rng.randint(200, 1500), rng.randint(100, 400), f"ask{n + 1}"))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def game_npcs(seed=24, duration=3600.0):
@@ -677,8 +664,18 @@ def game_npcs(seed=24, duration=3600.0):
         quest += 1
         rows.append((round(t, 1), rng.randint(2500, 5000), rng.randint(400, 900), f"quest{quest}"))
         t += rng.uniform(240.0, 420.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
+
+
+def every(rng, rows, first, gap, prompt, out, label, duration):
+    """Requests from a time drawn from `first` until `duration`, each `gap` after the last (each
+    a (low, high) range to draw from), of `prompt` tokens in and `out` out, labelled `label` and
+    their count."""
+    t, n = rng.uniform(*first), 0
+    while t < duration:
+        n += 1
+        rows.append((round(t, 1), rng.randint(*prompt), rng.randint(*out), f"{label}{n}"))
+        t += rng.uniform(*gap)
 
 
 def camera_vlm(seed=25, duration=3600.0):
@@ -717,15 +714,10 @@ def camera_vlm(seed=25, duration=3600.0):
         for cam in range(1, 5):
             t, end = start + rng.uniform(0.0, 20.0), start + rng.uniform(60.0, 180.0)
             motion(t, end, f"all{int(start)}c{cam}")
-    t, question = rng.uniform(120.0, 600.0), 0
-    while t < duration:
-        question += 1
-        rows.append((round(t, 1), rng.randint(2000, 5000), rng.randint(100, 400), f"ask{question}"))
-        t += rng.uniform(300.0, 900.0)
+    every(rng, rows, (120.0, 600.0), (300.0, 900.0), (2000, 5000), (100, 400), "ask", duration)
     summary_t = 56 * 60.0 + rng.uniform(0.0, 30.0)
     rows.append((round(summary_t, 1), rng.randint(14000, 22000), rng.randint(500, 1100), "summary"))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def newsroom(seed=26, duration=3600.0):
@@ -754,15 +746,10 @@ def newsroom(seed=26, duration=3600.0):
             rows.append((round(at, 1), rng.randint(2000, 6000), out, f"ed{editor}a{ask}"))
             # The answer streams at ~40 tok/s and is read as it comes; the next ask follows.
             at += out / 40.0 + rng.uniform(2.0, 10.0)
-    t, translation = rng.uniform(60.0, 600.0), 0
-    while t < duration:
-        translation += 1
-        rows.append((round(t, 1), rng.randint(1500, 4000), rng.randint(1000, 2500), f"tr{translation}"))
-        t += rng.uniform(480.0, 900.0)
+    every(rng, rows, (60.0, 600.0), (480.0, 900.0), (1500, 4000), (1000, 2500), "tr", duration)
     digest_t = 50 * 60.0 + rng.uniform(0.0, 60.0)
     rows.append((round(digest_t, 1), rng.randint(20000, 30000), rng.randint(800, 1500), "digest"))
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    return before(rows, duration)
 
 
 def subtitles(seed=27, duration=3600.0):
@@ -784,13 +771,8 @@ def subtitles(seed=27, duration=3600.0):
                 # The chunk back at ~42 tok/s (two streams share the card), then the next.
                 t += prompt / 2200.0 + out / 42.0 + rng.uniform(0.2, 1.5)
             t += rng.uniform(60.0, 360.0)
-    t, review = rng.uniform(120.0, 600.0), 0
-    while t < duration:
-        review += 1
-        rows.append((round(t, 1), rng.randint(3000, 6000), rng.randint(100, 300), f"review{review}"))
-        t += rng.uniform(300.0, 720.0)
-    rows.sort()
-    return [r for r in rows if r[0] < duration]
+    every(rng, rows, (120.0, 600.0), (300.0, 720.0), (3000, 6000), (100, 300), "review", duration)
+    return before(rows, duration)
 
 
 if __name__ == "__main__":
