@@ -186,6 +186,27 @@ fn every_shipped_plant_and_trace_loads() {
     }
 }
 
+/// Every trace `thermal/traces/generate.py` writes is the shipped one, byte for byte: a trace
+/// edited by hand, or a generator changed without its trace, would leave the README's
+/// description of it and the bench's figures from different requests.
+#[test]
+fn the_shipped_traces_are_what_their_generator_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = repo().join("thermal/traces");
+    let run =
+        Command::new("python3").arg(traces.join("generate.py")).current_dir(dir.path()).output().unwrap();
+    ok(run);
+    let mut written: Vec<PathBuf> =
+        std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().path()).collect();
+    written.sort();
+    assert!(written.len() >= 20, "{written:?}");
+    for path in written {
+        let name = path.file_name().unwrap();
+        let shipped = std::fs::read(traces.join(name)).unwrap();
+        assert!(std::fs::read(&path).unwrap() == shipped, "{name:?} differs from what generate.py writes");
+    }
+}
+
 /// The predictive controller alone on a shipped plant and trace, cut at `duration_s`.
 fn assert_predictive_stays_under_the_limit(plant: &str, trace: &str, duration_s: u32, seed: u32) {
     let trace = repo().join("thermal/traces").join(trace);
