@@ -3,6 +3,7 @@
 # daemon is missing, starts `dockerd --bridge=none --iptables=false` in the background when none
 # answers (tests use --network host only), and waits for the socket. Idempotent: a running
 # daemon is left alone. The daemon's log goes to $LUCEBOX_CI_LOG_DIR (default /tmp/lucebox-ci).
+# $LUCEBOX_DOCKERD_FLAGS adds flags to a daemon it starts (a test restarts it with --live-restore).
 set -euo pipefail
 
 log_dir=${LUCEBOX_CI_LOG_DIR:-/tmp/lucebox-ci}
@@ -24,7 +25,8 @@ fi
 mkdir -p "$log_dir"
 echo "docker.sh: starting dockerd (log: $log_dir/dockerd.log)" >&2
 # setsid: the daemon must outlive this script and the CI step's process group.
-setsid dockerd --bridge=none --iptables=false --host "unix://$socket" \
+# shellcheck disable=SC2086 # the extra flags are words
+setsid dockerd --bridge=none --iptables=false --host "unix://$socket" ${LUCEBOX_DOCKERD_FLAGS:-} \
   >>"$log_dir/dockerd.log" 2>&1 </dev/null &
 echo $! >"$log_dir/dockerd.pid"
 

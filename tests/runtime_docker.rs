@@ -28,6 +28,14 @@ fn assert_one_engine(name: &str, port: u16) {
     );
 }
 
+/// Waits until the engine's start has been forwarded to the supervisor's log `runs` times in all:
+/// once per run, none lost and none replayed.
+fn assert_starts_forwarded(sup: &Supervisor, runs: usize) {
+    let starts = || sup.log().matches("llama_server: model loaded").count();
+    eventually(Duration::from_secs(10), || starts() >= runs);
+    assert_eq!(starts(), runs, "engine starts forwarded to the log:\n{}", tail(&sup.log(), 40));
+}
+
 #[test]
 fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     let (port, mut sup, _cleanup) = start("d-kill9");
@@ -37,6 +45,7 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     assert_eq!(containers("d-kill9"), vec![id.clone()]);
     assert_eq!(docker(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &id]), "host");
     assert_eq!(docker(&["inspect", "-f", "{{index .Config.Labels \"lucebox.plan\"}}", &id]).len(), 16);
+    assert_starts_forwarded(&sup, 1);
     chat(port);
 
     unsafe { libc::kill(container_pid(&id), libc::SIGKILL) };
@@ -45,6 +54,7 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
         restarts(e) == 1 && state(e) == "ready" && last_exit(e).contains("137")
     });
     assert_one_engine("d-kill9", port);
+    assert_starts_forwarded(&sup, 2);
     chat(port);
 
     // The crashed container was kept, stopped, for the next restart.
@@ -67,6 +77,8 @@ fn serves_chat_in_a_labelled_container_and_restarts_after_kill_9() {
     let mut expected = vec![id.clone(), second];
     expected.sort();
     assert_eq!(kept, expected, "the container that just died is kept in turn");
+    // Its output from this run on: the first run's, in the same container, is not replayed.
+    assert_starts_forwarded(&sup, 3);
     chat(port);
     // Nothing is left after a clean stop, the kept container included.
     sup.signal(libc::SIGTERM);

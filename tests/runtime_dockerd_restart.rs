@@ -1,5 +1,6 @@
 //! dockerd taken away under a running engine: restarted under a running supervisor (the engine
-//! comes back, once), and frozen while the engine dies (the death is still seen at once). Its own
+//! comes back, once; with `--live-restore` it is kept and its output still followed), and frozen
+//! while the engine dies (the death is still seen at once). Its own
 //! test binary, because it takes the daemon away from every other Docker test; the tests here
 //! take turns. Touches only a daemon that ci/docker.sh started (its pid file), never a
 //! system-managed one.
@@ -24,6 +25,30 @@ fn dockerd_pid() -> i32 {
     let text = std::fs::read_to_string(&file)
         .unwrap_or_else(|e| panic!("{}: {e}: dockerd was not started by ci/docker.sh", file.display()));
     text.trim().parse().unwrap()
+}
+
+/// `ci/restart-dockerd.sh`, with `flags` added to the daemon it starts.
+fn restart_dockerd(flags: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/restart-dockerd.sh");
+    let out = Command::new("bash").arg(&script).env("LUCEBOX_DOCKERD_FLAGS", flags).output().unwrap();
+    assert!(out.status.success(), "restart-dockerd.sh {flags}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// dockerd restarted with `--live-restore`; restarted as CI started it when dropped, even when
+/// the test fails (the other tests expect a restart to end the containers).
+struct LiveRestore;
+
+impl LiveRestore {
+    fn on() -> Self {
+        restart_dockerd("--live-restore");
+        LiveRestore
+    }
+}
+
+impl Drop for LiveRestore {
+    fn drop(&mut self) {
+        restart_dockerd("");
+    }
 }
 
 /// SIGSTOPs dockerd; SIGCONT when dropped, even when the test fails.
@@ -81,7 +106,6 @@ fn a_container_death_is_seen_while_dockerd_is_frozen() {
 fn engine_comes_back_once_after_a_dockerd_restart() {
     let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
     require_docker();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/restart-dockerd.sh");
     let name = "d-dockerd";
     let _cleanup = ContainerCleanup(name.to_string());
     let port = free_port();
@@ -89,8 +113,7 @@ fn engine_comes_back_once_after_a_dockerd_restart() {
     let id = instance(&sup.wait_ready(name, Duration::from_secs(90)));
     let pid = container_pid(&id);
 
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    assert!(out.status.success(), "restart-dockerd.sh: {}", String::from_utf8_lossy(&out.stderr));
+    restart_dockerd("");
 
     let engine = sup.wait_engine(name, Duration::from_secs(120), "ready after dockerd restart", |e| {
         restarts(e) >= 1 && state(e) == "ready"
@@ -105,4 +128,39 @@ fn engine_comes_back_once_after_a_dockerd_restart() {
         engine_pids(port)
     );
     chat(port);
+}
+
+/// With dockerd's `live-restore` the container outlives a dockerd restart: the supervisor keeps
+/// the same engine (no restart) and its output still reaches the supervisor's log.
+#[test]
+fn a_live_restored_engine_is_kept_and_its_output_still_followed() {
+    let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
+    require_docker();
+    // Dropped last: dockerd as CI started it again once the engine and its container are gone.
+    let _live_restore = LiveRestore::on();
+    let name = "d-live";
+    let _cleanup = ContainerCleanup(name.to_string());
+    let port = free_port();
+    let sup = Supervisor::start(&tiny_plan(name, port, true), "docker");
+    let id = instance(&sup.wait_ready(name, Duration::from_secs(90)));
+    let pid = container_pid(&id);
+    let loaded = |log: &str| log.matches("llama_server: model loaded").count();
+    assert!(eventually(Duration::from_secs(10), || loaded(&sup.log()) == 1), "{}", tail(&sup.log(), 30));
+
+    restart_dockerd("--live-restore");
+    assert_eq!(container_pid(&id), pid, "the engine did not live through the dockerd restart");
+
+    // llama-server writes one of these per request it serves.
+    let served = |log: &str| log.matches("prompt eval time").count();
+    let before = served(&sup.log());
+    chat(port);
+    assert!(
+        eventually(Duration::from_secs(30), || served(&sup.log()) > before),
+        "the engine's output of a request after the dockerd restart never reached the log ({before} before):\n{}",
+        tail(&sup.log(), 30)
+    );
+    // Followed again after the last line forwarded: nothing is forwarded twice.
+    assert_eq!(loaded(&sup.log()), 1, "{}", tail(&sup.log(), 30));
+    let engine = sup.engine(name).unwrap();
+    assert_eq!((state(&engine), restarts(&engine), instance(&engine)), ("ready", 0, id));
 }

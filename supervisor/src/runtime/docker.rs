@@ -6,6 +6,8 @@
 //! the container's process (`container_process.rs`), then with its exit code on Docker's event
 //! stream (only `die`/`destroy` of our container are asked for, so health-check `exec_*` noise
 //! never arrives); when dockerd goes away the watcher reconnects and asks for the state again.
+//! The container's output is followed from its start into the supervisor log, and again after
+//! the last line forwarded when a dockerd restart leaves it running (`live-restore`).
 //! A crashed run's container is kept, stopped, as the next restart's target (see [`dispose`]):
 //! one running container per engine, at most one stopped beside it, none after a clean stop.
 
@@ -147,8 +149,9 @@ impl DockerRuntime {
     }
 
     /// Watches container `id` for deaths after `after_nanos` (Unix ns; earlier `die` events are
-    /// of an earlier run of the same container) and forwards its output; `logs_from` skips
-    /// output older than that (Unix ns) of a container started again in place.
+    /// of an earlier run of the same container). Its output is followed once it runs
+    /// ([`DockerInstance::watch_running`]); `logs_from` skips output older than that (Unix ns), of
+    /// a container started again in place.
     fn instance(&self, engine: &str, id: String, after_nanos: i64, logs_from: Option<i64>) -> DockerInstance {
         let (exit_tx, exit_rx) = watch::channel(None);
         let (progress_tx, progress) = watch::channel(None);
@@ -172,14 +175,6 @@ impl DockerRuntime {
             let _ = exit_tx.send(Some(exit));
         };
         tokio::spawn(watch_container(self.docker.clone(), id.clone(), after_nanos, publish, watcher.clone()));
-        tokio::spawn(forward_logs(
-            self.docker.clone(),
-            engine.to_string(),
-            id.clone(),
-            logs_from,
-            ProgressSink::new(progress_tx),
-            watcher.clone(),
-        ));
         DockerInstance {
             runtime: self.clone(),
             engine: engine.to_string(),
@@ -187,6 +182,7 @@ impl DockerRuntime {
             exit: exit_rx,
             ended: ended_tx,
             progress,
+            output: Some(OutputToFollow { from_nanos: logs_from, progress: ProgressSink::new(progress_tx) }),
             watcher,
         }
     }
@@ -196,9 +192,9 @@ impl DockerRuntime {
         let after = unix_nanos();
         let id = self.create(name, choice).await?;
         // Watched from before the start: a death right after it is not missed.
-        let instance = self.instance(name, id.clone(), after, None);
+        let mut instance = self.instance(name, id.clone(), after, None);
         self.start_created(&id).await?;
-        instance.watch_process();
+        instance.watch_running();
         Ok(instance)
     }
 
@@ -240,10 +236,10 @@ impl DockerRuntime {
     /// a restart. `None` when Docker refuses (removed meanwhile, broken): the caller creates one.
     async fn start_again(&self, name: &str, id: &str) -> Option<DockerInstance> {
         let after = unix_nanos();
-        let instance = self.instance(name, id.to_string(), after, Some(after));
+        let mut instance = self.instance(name, id.to_string(), after, Some(after));
         match self.docker.start_container(id, None).await {
             Ok(()) => {
-                instance.watch_process();
+                instance.watch_running();
                 Some(instance)
             }
             Err(e) => {
@@ -385,13 +381,34 @@ pub struct DockerInstance {
     /// Publishes [`Exit::Ended`] when the process is seen gone before dockerd reports the exit.
     ended: watch::Sender<Option<Exit>>,
     progress: watch::Receiver<Option<u8>>,
+    /// What following its output needs, until it runs.
+    output: Option<OutputToFollow>,
     /// Ends the watcher and log tasks when the instance is done.
     watcher: CancellationToken,
 }
 
+/// The container's output from `from_nanos` (Unix ns) on, and where its load progress goes.
+struct OutputToFollow {
+    from_nanos: Option<i64>,
+    progress: ProgressSink,
+}
+
 impl DockerInstance {
-    /// Watches the running container's process, to see it end before dockerd reports it.
-    fn watch_process(&self) {
+    /// Once the container runs: follows its output, and watches its process to see it end
+    /// before dockerd reports it. Not before the start: dockerd follows the output of a running
+    /// container only, and a follow asked for earlier ends at once, with nothing.
+    fn watch_running(&mut self) {
+        if let Some(OutputToFollow { from_nanos, progress }) = self.output.take() {
+            tokio::spawn(forward_logs(
+                self.runtime.docker.clone(),
+                self.engine.clone(),
+                self.id.clone(),
+                from_nanos,
+                self.exit.clone(),
+                progress,
+                self.watcher.clone(),
+            ));
+        }
         let (runtime, id, ended) = (self.runtime.clone(), self.id.clone(), self.ended.clone());
         let cancel = self.watcher.clone();
         tokio::spawn(async move {
@@ -457,9 +474,9 @@ impl EngineRuntime for DockerRuntime {
         }
         // Its log from now on: what it printed before was forwarded by the supervisor that
         // started it, and a container up for weeks has a long history.
-        let adopted = adopted.map(|id| self.instance(name, id, listed, Some(listed)));
-        if let Some(instance) = &adopted {
-            instance.watch_process();
+        let mut adopted = adopted.map(|id| self.instance(name, id, listed, Some(listed)));
+        if let Some(instance) = &mut adopted {
+            instance.watch_running();
         }
         Ok(adopted)
     }
@@ -576,9 +593,7 @@ async fn watch_container(
 ) {
     // Whole seconds, a second back: the nanosecond filter below drops what is older.
     let mut since = after_nanos / 1_000_000_000 - 1;
-    // A stream that breaks as soon as it connects while dockerd answers pings would otherwise be
-    // subscribed to again at once, in a hot loop.
-    let mut pause = RECONNECT_FIRST;
+    let mut resubscribe = Resubscribe::default();
     loop {
         let subscribed = std::time::Instant::now();
         let filters = HashMap::from([
@@ -623,28 +638,67 @@ async fn watch_container(
                 None => break,
             }
         }
-        // dockerd went away (restart, crash): wait for it, then ask for the container's state.
-        if !wait_for_daemon(&docker, &cancel).await {
-            return;
+        match resubscribe.after_break(&docker, &id, subscribed, &cancel).await {
+            AfterBreak::Running { checked_nanos } => since = checked_nanos / 1_000_000_000 - 1,
+            AfterBreak::Ended(exit) => return publish(exit),
+            AfterBreak::Cancelled => return,
         }
-        if let Some(exit) = inspect_exit(&docker, &id).await {
-            publish(exit);
-            return;
-        }
-        since = unix_nanos() / 1_000_000_000 - 1;
-        if subscribed.elapsed() >= STREAM_HELD {
-            pause = RECONNECT_FIRST;
-            continue;
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(RECONNECT_MAX);
     }
 }
 
-/// An event stream that lasted this long was a working one: the next break is met at once.
+/// What a broken stream of a container's events or output leaves to do.
+enum AfterBreak {
+    /// The container still ran at `checked_nanos` (Unix ns): follow it again.
+    Running {
+        checked_nanos: i64,
+    },
+    Ended(Exit),
+    Cancelled,
+}
+
+/// Paces the followers of one container's streams after a break: dockerd went away (a restart,
+/// a crash) or the stream ended. Waits for dockerd, asks whether the container still runs, and
+/// backs off when streams keep breaking as soon as they connect, which would otherwise be a hot
+/// loop while dockerd answers pings.
+struct Resubscribe {
+    pause: Duration,
+}
+
+impl Default for Resubscribe {
+    fn default() -> Self {
+        Self { pause: RECONNECT_FIRST }
+    }
+}
+
+impl Resubscribe {
+    async fn after_break(
+        &mut self,
+        docker: &Docker,
+        id: &str,
+        subscribed: std::time::Instant,
+        cancel: &CancellationToken,
+    ) -> AfterBreak {
+        if !wait_for_daemon(docker, cancel).await {
+            return AfterBreak::Cancelled;
+        }
+        let checked_nanos = unix_nanos();
+        if let Some(exit) = inspect_exit(docker, id).await {
+            return AfterBreak::Ended(exit);
+        }
+        if subscribed.elapsed() >= STREAM_HELD {
+            self.pause = RECONNECT_FIRST;
+            return AfterBreak::Running { checked_nanos };
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return AfterBreak::Cancelled,
+            _ = tokio::time::sleep(self.pause) => {}
+        }
+        self.pause = (self.pause * 2).min(RECONNECT_MAX);
+        AfterBreak::Running { checked_nanos }
+    }
+}
+
+/// A stream that lasted this long was a working one: the next break is met at once.
 const STREAM_HELD: Duration = Duration::from_secs(1);
 
 fn exit_of(event: &EventMessage) -> Option<Exit> {
@@ -696,53 +750,75 @@ async fn wait_for_daemon(docker: &Docker, cancel: &CancellationToken) -> bool {
 
 /// The container's output into the supervisor log, prefixed with the engine name; stderr also
 /// feeds the load-progress parser. `from_nanos`: skip output older than that (Unix ns), i.e.
-/// that of earlier runs of a container started again in place (Docker's `since` is whole seconds,
-/// so lines carry timestamps and are filtered here).
+/// that of earlier runs of a container started again in place. Every line is asked for with its
+/// time, so that a stream broken under a run that goes on (dockerd restarted with `live-restore`)
+/// is followed again after the last line forwarded, and Docker's `since`, in whole seconds, is
+/// refined here. Once `run_exit` holds the run's end, a container running again is a later run,
+/// started in place and followed by its own instance.
 async fn forward_logs(
     docker: Docker,
     engine: String,
     id: String,
     from_nanos: Option<i64>,
+    run_exit: watch::Receiver<Option<Exit>>,
     mut progress: ProgressSink,
     cancel: CancellationToken,
 ) {
-    let options = LogsOptions {
-        follow: true,
-        stdout: true,
-        stderr: true,
-        tail: "all".into(),
-        timestamps: from_nanos.is_some(),
-        since: from_nanos.map_or(0, |n| (n / 1_000_000_000) as i32),
-        ..Default::default()
-    };
-    let mut logs = docker.logs(&id, Some(options));
     let (mut stdout, mut stderr) = (LineBuffer::default(), LineBuffer::default());
-    loop {
-        let chunk = tokio::select! {
-            _ = cancel.cancelled() => break,
-            chunk = logs.next() => chunk,
+    let mut last_forwarded: Option<i64> = None;
+    let mut resubscribe = Resubscribe::default();
+    'follow: loop {
+        let since_nanos = last_forwarded.or(from_nanos);
+        let options = LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            tail: "all".into(),
+            timestamps: true,
+            since: since_nanos.map_or(0, |n| (n / 1_000_000_000) as i32),
+            ..Default::default()
         };
-        let output = match chunk {
-            Some(Ok(output)) => output,
-            Some(Err(_)) | None => break,
-        };
-        let is_stderr = matches!(output, bollard::container::LogOutput::StdErr { .. });
-        let frame = output.into_bytes();
-        let mut bytes = &frame[..];
-        if let Some(from) = from_nanos {
+        let subscribed = std::time::Instant::now();
+        let mut logs = docker.logs(&id, Some(options));
+        loop {
+            let chunk = tokio::select! {
+                _ = cancel.cancelled() => break 'follow,
+                chunk = logs.next() => chunk,
+            };
+            let output = match chunk {
+                Some(Ok(output)) => output,
+                // dockerd answered, and refused (a logging driver that cannot be read back):
+                // asking again would not change its answer.
+                Some(Err(err @ BollardError::DockerResponseServerError { .. })) => {
+                    tracing::warn!(engine = %engine, container = %short(&id), "engine output not followed: {err}");
+                    break 'follow;
+                }
+                Some(Err(_)) | None => break,
+            };
+            let is_stderr = matches!(output, bollard::container::LogOutput::StdErr { .. });
+            let frame = output.into_bytes();
             // "<RFC 3339 time> <output>"
-            let space = bytes.iter().position(|&b| b == b' ').unwrap_or(0);
-            let stamp = std::str::from_utf8(&bytes[..space]).ok().and_then(parse_rfc3339_nanos);
-            if stamp.is_some_and(|t| t < from) {
-                continue;
+            let space = frame.iter().position(|&b| b == b' ').unwrap_or(0);
+            let stamp = std::str::from_utf8(&frame[..space]).ok().and_then(parse_rfc3339_nanos);
+            if let Some(stamp) = stamp {
+                let seen = last_forwarded.is_some_and(|last| stamp <= last);
+                if seen || from_nanos.is_some_and(|from| stamp < from) {
+                    continue;
+                }
+                last_forwarded = Some(stamp);
             }
-            bytes = &bytes[(space + 1).min(bytes.len())..];
+            let bytes = &frame[(space + 1).min(frame.len())..];
+            if is_stderr {
+                progress.feed(bytes);
+                stderr.push(bytes, |line| loglines::log_line(&engine, "stderr", line));
+            } else {
+                stdout.push(bytes, |line| loglines::log_line(&engine, "stdout", line));
+            }
         }
-        if is_stderr {
-            progress.feed(bytes);
-            stderr.push(bytes, |line| loglines::log_line(&engine, "stderr", line));
-        } else {
-            stdout.push(bytes, |line| loglines::log_line(&engine, "stdout", line));
+        // A partial last line stays buffered: the stream followed again goes on after it.
+        match resubscribe.after_break(&docker, &id, subscribed, &cancel).await {
+            AfterBreak::Running { .. } if run_exit.borrow().is_none() => {}
+            _ => break,
         }
     }
     stdout.flush(|line| loglines::log_line(&engine, "stdout", line));
