@@ -244,6 +244,31 @@ fn oracle_under_a_lower_ceiling_holds_it_and_needs_more_duty() {
     );
 }
 
+/// `--unannounced-oracle` adds the oracle kept to survive unannounced work: it holds the limit,
+/// runs no quieter than the oracle, and its share of the gap is reported beside the others'.
+#[test]
+fn the_oracle_kept_to_survive_unannounced_work_is_reported_beside_the_others() {
+    let trace = repo().join("thermal/traces/code-assist-holdout.csv");
+    let report = bench_json("rtx5090-fe-warm.toml", &trace, &["--unannounced-oracle", "--duration", "900"]);
+    let controllers = report["controllers"].as_object().unwrap();
+    let names: Vec<&str> = controllers.keys().map(String::as_str).collect();
+    assert_eq!(names, ["oracle", "oracle-unannounced", "predictive", "stock", "target"]);
+    let kept = &controllers["oracle-unannounced"];
+    let mean = |name: &str| controllers[name]["mean_duty_pct"].as_f64().unwrap();
+    assert_eq!(kept["seconds_over_limit"], 0.0);
+    assert!(
+        mean("oracle-unannounced") > mean("oracle"),
+        "{} vs {}",
+        mean("oracle-unannounced"),
+        mean("oracle")
+    );
+    let share = kept["share_of_achievable_pct"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 100.0, "{share}");
+    // Not run without the flag.
+    let plain = bench_json("rtx5090-fe-warm.toml", &trace, &["--duration", "60"]);
+    assert!(plain["controllers"].get("oracle-unannounced").is_none());
+}
+
 /// `--state-dir` resumes the predictive controller's learned state as a restarted device does:
 /// the first run starts from the priors (the same run as without it) and saves, the second resumes
 /// and so decides differently; the other controllers learn nothing and run the same. A bad state

@@ -31,12 +31,15 @@ const CHANGE_EPSILON_PCT: f64 = 0.5;
 const PREDICTION_AHEAD_S: f64 = 30.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ControllerKind {
     Stock,
     Target,
     Predictive,
     Oracle,
+    /// The oracle kept to survive unannounced work: about the best a controller that sees only
+    /// the queue can do (run on request, not by `all`).
+    OracleUnannounced,
 }
 
 impl ControllerKind {
@@ -48,6 +51,7 @@ impl ControllerKind {
             Self::Target => "target",
             Self::Predictive => "predictive",
             Self::Oracle => "oracle",
+            Self::OracleUnannounced => "oracle-unannounced",
         }
     }
 }
@@ -343,6 +347,10 @@ fn simulate(
         ControllerKind::Oracle => {
             Driver::Oracle(Box::new(Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps))))
         }
+        ControllerKind::OracleUnannounced => {
+            let oracle = Oracle::new(spec.clone(), limit_c, power_timeline(spec, trace, steps));
+            Driver::Oracle(Box::new(oracle.surviving_unannounced_work()))
+        }
     };
     let mut engine = EngineSim::new(trace.to_vec());
     let mut sampler = LoadSampler::new(seed);
@@ -525,7 +533,7 @@ pub fn render(report: &BenchReport) -> String {
         "share"
     );
     let opt = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
-    for kind in ControllerKind::ALL {
+    for kind in ControllerKind::ALL.into_iter().chain([ControllerKind::OracleUnannounced]) {
         let Some(r) = report.controllers.get(kind.name()) else { continue };
         let _ = writeln!(
             out,

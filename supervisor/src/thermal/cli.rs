@@ -140,6 +140,11 @@ pub struct BenchArgs {
     trace: PathBuf,
     #[arg(long, value_enum, default_value = "all")]
     controller: ControllerArg,
+    /// Also run the oracle kept to survive unannounced work (`oracle-unannounced`): about the
+    /// best a controller that sees only the queue can do. Its share is about the most such a
+    /// controller can close of the gap from stock to the oracle.
+    #[arg(long)]
+    unannounced_oracle: bool,
     /// Junction ceiling in °C, or `stock-peak` for stock's own peak on this trace.
     #[arg(long, value_name = "C|stock-peak")]
     ceiling: Option<String>,
@@ -206,10 +211,13 @@ fn bench_command(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = PlantSpec::load(&args.plant)?;
     let shaping = TraceShaping { sample: args.sample, speedup: args.speedup, duration_s: args.duration };
     let requests = trace::load(&args.trace, shaping)?;
-    let controllers = match args.controller {
+    let mut controllers = match args.controller {
         ControllerArg::All => ControllerKind::ALL.to_vec(),
         one => vec![kind_of(one)],
     };
+    if args.unannounced_oracle {
+        controllers.push(ControllerKind::OracleUnannounced);
+    }
     let options = BenchOptions {
         controllers,
         ceiling: parse_ceiling(args.ceiling.as_deref())?,
