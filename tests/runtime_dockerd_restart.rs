@@ -29,9 +29,19 @@ fn dockerd_pid() -> i32 {
 
 /// `ci/restart-dockerd.sh`, with `flags` added to the daemon it starts.
 fn restart_dockerd(flags: &str) {
+    if let Err(why) = try_restart_dockerd(flags) {
+        panic!("{why}");
+    }
+}
+
+fn try_restart_dockerd(flags: &str) -> Result<(), String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/restart-dockerd.sh");
-    let out = Command::new("bash").arg(&script).env("LUCEBOX_DOCKERD_FLAGS", flags).output().unwrap();
-    assert!(out.status.success(), "restart-dockerd.sh {flags}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("bash").arg(&script).env("LUCEBOX_DOCKERD_FLAGS", flags).output();
+    match out {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!("restart-dockerd.sh {flags}: {}", String::from_utf8_lossy(&out.stderr))),
+        Err(e) => Err(format!("restart-dockerd.sh {flags}: {e}")),
+    }
 }
 
 /// dockerd restarted with `--live-restore`; restarted as CI started it when dropped, even when
@@ -46,8 +56,32 @@ impl LiveRestore {
 }
 
 impl Drop for LiveRestore {
+    /// Never panics: it may run while a failed test unwinds.
     fn drop(&mut self) {
-        restart_dockerd("");
+        if let Err(why) = try_restart_dockerd("") {
+            eprintln!("dockerd not restarted as CI started it: {why}");
+        }
+    }
+}
+
+/// A supervisor with engine `name` ready in a container. Fields drop in order: the supervisor
+/// first, then every container of the engine.
+struct ReadyEngine {
+    sup: Supervisor,
+    port: u16,
+    id: String,
+    pid: i32,
+    _cleanup: ContainerCleanup,
+}
+
+impl ReadyEngine {
+    fn start(name: &str) -> Self {
+        let cleanup = ContainerCleanup(name.to_string());
+        let port = free_port();
+        let sup = Supervisor::start(&tiny_plan(name, port, true), "docker");
+        let id = instance(&sup.wait_ready(name, Duration::from_secs(90)));
+        let pid = container_pid(&id);
+        ReadyEngine { sup, port, id, pid, _cleanup: cleanup }
     }
 }
 
@@ -107,11 +141,8 @@ fn engine_comes_back_once_after_a_dockerd_restart() {
     let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
     require_docker();
     let name = "d-dockerd";
-    let _cleanup = ContainerCleanup(name.to_string());
-    let port = free_port();
-    let sup = Supervisor::start(&tiny_plan(name, port, true), "docker");
-    let id = instance(&sup.wait_ready(name, Duration::from_secs(90)));
-    let pid = container_pid(&id);
+    let ready = ReadyEngine::start(name);
+    let (sup, port, pid) = (&ready.sup, ready.port, ready.pid);
 
     restart_dockerd("");
 
@@ -139,11 +170,8 @@ fn a_live_restored_engine_is_kept_and_its_output_still_followed() {
     // Dropped last: dockerd as CI started it again once the engine and its container are gone.
     let _live_restore = LiveRestore::on();
     let name = "d-live";
-    let _cleanup = ContainerCleanup(name.to_string());
-    let port = free_port();
-    let sup = Supervisor::start(&tiny_plan(name, port, true), "docker");
-    let id = instance(&sup.wait_ready(name, Duration::from_secs(90)));
-    let pid = container_pid(&id);
+    let ready = ReadyEngine::start(name);
+    let (sup, port, id, pid) = (&ready.sup, ready.port, ready.id.clone(), ready.pid);
     let loaded = |log: &str| log.matches("llama_server: model loaded").count();
     assert!(eventually(Duration::from_secs(10), || loaded(&sup.log()) == 1), "{}", tail(&sup.log(), 30));
 
