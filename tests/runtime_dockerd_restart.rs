@@ -44,18 +44,18 @@ fn try_restart_dockerd(flags: &str) -> Result<(), String> {
     }
 }
 
-/// dockerd restarted with `--live-restore`; restarted as CI started it when dropped, even when
-/// the test fails (the other tests expect a restart to end the containers).
-struct LiveRestore;
+/// dockerd restarted with extra flags; restarted as CI started it when dropped, even when the
+/// test fails (the other tests expect the daemon CI starts: a restart ends the containers).
+struct RestartedDockerd;
 
-impl LiveRestore {
-    fn on() -> Self {
-        restart_dockerd("--live-restore");
-        LiveRestore
+impl RestartedDockerd {
+    fn with(flags: &str) -> Self {
+        restart_dockerd(flags);
+        RestartedDockerd
     }
 }
 
-impl Drop for LiveRestore {
+impl Drop for RestartedDockerd {
     /// Never panics: it may run while a failed test unwinds.
     fn drop(&mut self) {
         if let Err(why) = try_restart_dockerd("") {
@@ -161,6 +161,23 @@ fn engine_comes_back_once_after_a_dockerd_restart() {
     chat(port);
 }
 
+/// An engine whose output dockerd cannot give back (logging driver `none`) still runs and
+/// serves; the supervisor says once that its output is not followed, and does not ask again.
+#[test]
+fn an_engine_whose_output_cannot_be_read_back_runs_and_is_asked_for_it_once() {
+    let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
+    require_docker();
+    let _no_logs = RestartedDockerd::with("--log-driver none");
+    let ready = ReadyEngine::start("d-nologs");
+    chat(ready.port);
+    std::thread::sleep(Duration::from_secs(3));
+    let log = ready.sup.log();
+    assert_eq!(log.matches("engine output not followed").count(), 1, "{}", tail(&log, 30));
+    assert!(!log.contains("model loaded"), "{}", tail(&log, 30));
+    let engine = ready.sup.engine("d-nologs").unwrap();
+    assert_eq!((state(&engine), restarts(&engine)), ("ready", 0));
+}
+
 /// With dockerd's `live-restore` the container outlives a dockerd restart: the supervisor keeps
 /// the same engine (no restart) and its output still reaches the supervisor's log.
 #[test]
@@ -168,7 +185,7 @@ fn a_live_restored_engine_is_kept_and_its_output_still_followed() {
     let _turn = DOCKERD.lock().unwrap_or_else(|e| e.into_inner());
     require_docker();
     // Dropped last: dockerd as CI started it again once the engine and its container are gone.
-    let _live_restore = LiveRestore::on();
+    let _live_restore = RestartedDockerd::with("--live-restore");
     let name = "d-live";
     let ready = ReadyEngine::start(name);
     let (sup, port, id, pid) = (&ready.sup, ready.port, ready.id.clone(), ready.pid);

@@ -787,9 +787,10 @@ async fn forward_logs(
             };
             let output = match chunk {
                 Some(Ok(output)) => output,
-                // dockerd answered, and refused (a logging driver that cannot be read back):
-                // asking again would not change its answer.
-                Some(Err(err @ BollardError::DockerResponseServerError { .. })) => {
+                Some(Err(err)) if is_status(&err, 404) => break 'follow, // removed
+                // A logging driver that cannot be read back (`none`, a remote one): asking again
+                // would not change dockerd's answer.
+                Some(Err(err)) if is_status(&err, 501) => {
                     tracing::warn!(engine = %engine, container = %short(&id), "engine output not followed: {err}");
                     break 'follow;
                 }
