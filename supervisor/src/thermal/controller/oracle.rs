@@ -91,37 +91,44 @@ impl Oracle {
         self.holds_the_known_future(state, step, duty) && self.survives_unannounced_work(state, step, duty)
     }
 
+    /// The known future with `duty` held for `HOLD_S`, then full duty.
     fn holds_the_known_future(&self, state: &PlantState, step: usize, duty: f64) -> bool {
         let hold_steps = (HOLD_S / PLANT_DT_S) as usize;
         let horizon_steps = (HORIZON_S / PLANT_DT_S) as usize;
-        let idle = self.spec.power.idle_w;
-        let mut s = *state;
-        for k in 0..horizon_steps {
-            let p = self.power.get(step + k).copied().unwrap_or(idle);
-            let d = if k < hold_steps { self.sent(duty, &s) } else { 100.0 };
-            s.step(&self.spec, p, d);
-            if s.junction_c > self.limit_c {
-                return false;
-            }
-        }
-        true
+        self.stays_under_limit(state, step, horizon_steps, |_, known| known, |k| k < hold_steps, duty)
     }
 
     /// The known future with prefill power from now for the unannounced work's length, the duty
     /// held until the next sample and full duty after it.
     fn survives_unannounced_work(&self, state: &PlantState, step: usize, duty: f64) -> bool {
-        let prompt_steps = self.unannounced_steps.get(step).copied().unwrap_or(0);
-        if prompt_steps == 0 {
+        let prefill_steps = self.unannounced_steps.get(step).copied().unwrap_or(0);
+        if prefill_steps == 0 {
             return true;
         }
         // The heatsink turns within seconds of the prefill's end, at full duty.
-        let steps = (prompt_steps + (10.0 / PLANT_DT_S) as usize).min((HORIZON_S / PLANT_DT_S) as usize);
+        let steps = (prefill_steps + (10.0 / PLANT_DT_S) as usize).min((HORIZON_S / PLANT_DT_S) as usize);
+        let prefill_w = self.spec.power.prefill_w;
+        let power = |k, known: f64| if k < prefill_steps { known.max(prefill_w) } else { known };
+        self.stays_under_limit(state, step, steps, power, |k| k < self.reaction_steps, duty)
+    }
+
+    /// Whether the true junction stays under the limit for `steps` from `state` at plant step
+    /// `step`, with the known power of each step `k` ahead passed through `power(k, known)` and
+    /// `duty` sent while `holding(k)`, full duty after.
+    fn stays_under_limit(
+        &self,
+        state: &PlantState,
+        step: usize,
+        steps: usize,
+        power: impl Fn(usize, f64) -> f64,
+        holding: impl Fn(usize) -> bool,
+        duty: f64,
+    ) -> bool {
         let idle = self.spec.power.idle_w;
         let mut s = *state;
         for k in 0..steps {
-            let known = self.power.get(step + k).copied().unwrap_or(idle);
-            let p = if k < prompt_steps { known.max(self.spec.power.prefill_w) } else { known };
-            let d = if k < self.reaction_steps { self.sent(duty, &s) } else { 100.0 };
+            let p = power(k, self.power.get(step + k).copied().unwrap_or(idle));
+            let d = if holding(k) { self.sent(duty, &s) } else { 100.0 };
             s.step(&self.spec, p, d);
             if s.junction_c > self.limit_c {
                 return false;
