@@ -3,7 +3,7 @@
 # every run of RUNS (thermal/runs.sh) with `--unannounced-oracle`, at the plant's limit
 # (CEILING=stock-peak for stock's peak, CEILING=both for both), seed 1 (SEED=N for another).
 # Prints one row per run (stock, oracle, the oracle kept to survive unannounced work, predictive,
-# and the shares of the last two), then counts the rows with a gap to close: where that oracle
+# and the shares of the last two), then counts, per ceiling, the rows with a gap to close: where that oracle
 # reaches 90 %, where the predictive controller does, and where only the oracle does (what the
 # controller leaves that foresight of the arrivals would not be needed for). Needs a built
 # `lucebox` (LUCEBOX=path, default target/release/lucebox) and python3.
@@ -35,15 +35,18 @@ for r in rows:
     u, p = r["oracle-unannounced"], r["predictive"]
     print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["plant"], r["trace"], r["ceiling"], fmt(r["stock"]["mean"]),
           fmt(r["oracle"]["mean"]), fmt(u["mean"]), fmt(p["mean"]), fmt(u["share"]), fmt(p["share"])))
-gap = [r for r in rows if r["oracle-unannounced"]["share"] is not None]
-bound = [r for r in gap if r["oracle-unannounced"]["share"] >= 90]
-pred = [r for r in gap if r["predictive"]["share"] >= 90]
-left = [r for r in bound if r["predictive"]["share"] < 90]
-over = [r for r in rows if r["oracle-unannounced"]["over"] > 0]
-pooled = lambda k: 100 * sum(r["stock"]["mean"] - r[k]["mean"] for r in gap) / max(1e-9, sum(r["stock"]["mean"] - r["oracle"]["mean"] for r in gap))
+pooled = lambda rows, k: 100 * sum(r["stock"]["mean"] - r[k]["mean"] for r in rows) / max(
+    1e-9, sum(r["stock"]["mean"] - r["oracle"]["mean"] for r in rows))
 print()
-print(f"{len(rows)} runs, {len(gap)} with a gap from stock to the oracle; the oracle kept to survive unannounced work "
-      f"reaches 90 % on {len(bound)} (pooled {pooled('oracle-unannounced'):.1f} %), the predictive controller on {len(pred)} "
-      f"(pooled {pooled('predictive'):.1f} %); the oracle does and the controller does not on {len(left)}; "
-      f"runs where that oracle went over: {len(over)}")
+for ceiling in dict.fromkeys(r["ceiling"] for r in rows):
+    runs = [r for r in rows if r["ceiling"] == ceiling]
+    gap = [r for r in runs if r["oracle-unannounced"]["share"] is not None]
+    bound = [r for r in gap if r["oracle-unannounced"]["share"] >= 90]
+    pred = [r for r in gap if r["predictive"]["share"] >= 90]
+    left = [r for r in bound if r["predictive"]["share"] < 90]
+    over = [r for r in runs if r["oracle-unannounced"]["over"] > 0]
+    print(f"at {ceiling}: {len(runs)} runs, {len(gap)} with a gap from stock to the oracle; the oracle kept to survive "
+          f"unannounced work reaches 90 % on {len(bound)} (pooled {pooled(gap, 'oracle-unannounced'):.1f} %), the "
+          f"predictive controller on {len(pred)} (pooled {pooled(gap, 'predictive'):.1f} %); the oracle does and the "
+          f"controller does not on {len(left)}; runs where that oracle went over: {len(over)}")
 PY
