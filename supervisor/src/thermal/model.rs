@@ -313,8 +313,9 @@ impl ThermalModel {
         // a flickering load's fit to its idle stretches alone, where the ambient and the fan's
         // cooling trade freely and the fit overstates the heat under sustained work.
         let ends = (0..END_SAMPLES).chain(n - END_SAMPLES..n);
-        let unsettled_w = ends.map(|i| (self.history[i].power_w - self.history[i].power_j_w).abs()).sum::<f64>()
-            / END_SAMPLES as f64;
+        let unsettled_w =
+            ends.map(|i| (self.history[i].power_w - self.history[i].power_j_w).abs()).sum::<f64>()
+                / END_SAMPLES as f64;
         // Change of `value` across the window: the mean of its end group minus that of its start.
         let change = |value: &dyn Fn(&Sample) -> f64| {
             let mean = |range: std::ops::Range<usize>| {
@@ -349,7 +350,8 @@ impl ThermalModel {
         // r_js adds to the measured slope's noise: such a window counts for less until r_js is known.
         let step_w = change(&|s| s.power_j_w);
         let r_js_slope_sd = step_w.abs() * self.params.r_js_var.sqrt() / (span * self.dt_s);
-        let unsettled_slope_sd = UNSETTLED_SHARE * self.params.r_js_k_per_w * unsettled_w / (span * self.dt_s);
+        let unsettled_slope_sd =
+            UNSETTLED_SHARE * self.params.r_js_k_per_w * unsettled_w / (span * self.dt_s);
         let noise = 1.0 + (r_js_slope_sd / SLOPE_NOISE).powi(2) + (unsettled_slope_sd / SLOPE_NOISE).powi(2);
         let p = &mut self.params;
         let px = mat_vec(&p.sink_cov, &x);
@@ -525,8 +527,11 @@ mod tests {
         /// One second at `p` W with the fan at `d` %.
         fn run(&mut self, p: f64, d: f64) {
             for _ in 0..10 {
-                let rsa =
-                    if d <= 0.0 { Self::RSTOP } else { (Self::RFULL * (d / 100.0f64).powf(-0.7)).min(Self::RSTOP) };
+                let rsa = if d <= 0.0 {
+                    Self::RSTOP
+                } else {
+                    (Self::RFULL * (d / 100.0f64).powf(-0.7)).min(Self::RSTOP)
+                };
                 let q = (self.tj - self.ts) / Self::RJS;
                 self.tj += 0.1 * (p - q) / Self::CJ;
                 self.ts += 0.1 * (q - (self.ts - Self::AMB) / rsa) / Self::CS;
