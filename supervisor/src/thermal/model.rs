@@ -583,7 +583,7 @@ mod tests {
 
     /// Work that comes and goes every second or two (short requests on a fast card) never lets
     /// the junction settle at a window's ends. Those windows still teach the heatsink, for less:
-    /// fitted on the idle stretches alone, the model put sustained work far hotter than it runs.
+    /// with them left out, two windows of this run taught it and this prediction missed by 12 °C.
     #[test]
     fn learns_a_plant_under_work_that_never_settles() {
         let mut model = ThermalModel::new(ModelParams::prior(), 1.0);
