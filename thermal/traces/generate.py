@@ -775,6 +775,37 @@ def subtitles(seed=27, duration=3600.0):
     return before(rows, duration)
 
 
+def autocomplete(seed=28, duration=3600.0):
+    """Twenty-fifth held-out trace: a five-person team's code-completion server for an hour of a
+    working afternoon. While a developer types, the editor asks for a fill-in-the-middle
+    completion 0.6-3 s after each pause (the file around the cursor: 1500-4000 tokens in, 8-64
+    out), in bursts of 5-40 requests; between bursts 10-120 s of reading or thinking. Each
+    developer leaves for a meeting or a break once in the hour (10-25 minutes), and now and then
+    asks the chat panel about the code (2-8 k in, 150-600 out; every 4-15 minutes each)."""
+    rng = random.Random(seed)
+    rows = []
+    for dev in range(1, 6):
+        away = rng.uniform(300.0, 3000.0)
+        back = away + rng.uniform(600.0, 1500.0)
+        t, burst = rng.uniform(0.0, 90.0), 0
+        while t < duration:
+            if away <= t < back:
+                t = back
+                continue
+            burst += 1
+            for n in range(rng.randint(5, 40)):
+                rows.append((round(t, 1), rng.randint(1500, 4000), rng.randint(8, 64), f"d{dev}b{burst}r{n + 1}"))
+                t += rng.uniform(0.6, 3.0)
+            t += rng.uniform(10.0, 120.0)
+        t, ask = rng.uniform(60.0, 600.0), 0
+        while t < duration:
+            if not away <= t < back:
+                ask += 1
+                rows.append((round(t, 1), rng.randint(2000, 8000), rng.randint(150, 600), f"d{dev}ask{ask}"))
+            t += rng.uniform(240.0, 900.0)
+    return before(rows, duration)
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -803,3 +834,4 @@ if __name__ == "__main__":
     write("camera-vlm-holdout.csv", SIMPLE_HEADER, camera_vlm())
     write("newsroom-holdout.csv", SIMPLE_HEADER, newsroom())
     write("subtitles-holdout.csv", SIMPLE_HEADER, subtitles())
+    write("autocomplete-holdout.csv", SIMPLE_HEADER, autocomplete())
