@@ -331,7 +331,7 @@ fn simulate(
         zero_rpm: spec.fan.zero_rpm,
         power_cap_w: spec.limits.power_cap_w,
     };
-    let period_steps = ((spec.sensor.period_s / PLANT_DT_S).round() as usize).max(1);
+    let period_steps = spec.sample_steps();
     let period_s = period_steps as f64 * PLANT_DT_S;
     let mut driver = match kind {
         ControllerKind::Stock => Driver::Observing(Box::new(Stock::new(spec.stock.curve.clone()))),

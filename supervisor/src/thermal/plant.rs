@@ -151,6 +151,11 @@ impl PlantSpec {
         Ok(())
     }
 
+    /// Plant steps between two sensor samples (each controller decides once a sample).
+    pub fn sample_steps(&self) -> usize {
+        ((self.sensor.period_s / PLANT_DT_S).round() as usize).max(1)
+    }
+
     /// The duty the fan really runs at for a command: below the floor it stops (zero-rpm) or clamps.
     pub fn effective_duty(&self, command_pct: f64) -> f64 {
         super::fan::running_duty(command_pct, self.fan.min_duty_pct, self.fan.zero_rpm)

@@ -35,7 +35,7 @@ pub struct Oracle {
 
 impl Oracle {
     pub fn new(spec: PlantSpec, limit_c: f64, power: Vec<f64>) -> Self {
-        let reaction_steps = ((spec.sensor.period_s / PLANT_DT_S).round() as usize).max(1);
+        let reaction_steps = spec.sample_steps();
         Self { spec, limit_c, power, unannounced_steps: Vec::new(), reaction_steps }
     }
 
@@ -150,7 +150,7 @@ mod tests {
 
     /// The oracle's run over `power`, deciding once a second: the state and command of each step.
     fn run(oracle: &Oracle, spec: &PlantSpec, power: &[f64]) -> Vec<(PlantState, f64)> {
-        let period = (spec.sensor.period_s / PLANT_DT_S).round() as usize;
+        let period = spec.sample_steps();
         let (mut state, mut command) = (PlantState::at_ambient(spec), 0.0);
         let mut run = Vec::with_capacity(power.len());
         for (step, &p) in power.iter().enumerate() {
@@ -166,7 +166,7 @@ mod tests {
     /// The peak junction if, from `state`, the box ran prefill for `steps` on top of `power`,
     /// answered a sample later with full duty.
     fn peak_under_unannounced_work(spec: &PlantSpec, state: PlantState, command: f64, steps: usize) -> f64 {
-        let period = (spec.sensor.period_s / PLANT_DT_S).round() as usize;
+        let period = spec.sample_steps();
         let mut s = state;
         let mut peak = s.junction_c;
         for k in 0..steps + 100 {
