@@ -35,8 +35,10 @@
 #             work going on at its peak (not kept). RUNS=twentyfourth (an RX 7900 XT in a
 #             living-room HTPC case and a studio's subtitling box) judged the heatsink fit
 #             under work that never settles (kept). RUNS=twentyfifth (an RTX A6000 blower in
-#             a small office's tower and a team's code-completion server) was written and
-#             committed before anything ran on it, to judge the next change.
+#             a small office's tower and a team's code-completion server) judged a fresh
+#             model's ambient from its first reading (not kept). RUNS=twentysixth (an RTX 5090
+#             on a custom water loop and a community's chat bot) was written and committed
+#             before anything ran on it, to judge the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
@@ -45,7 +47,7 @@ PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2
   "rtx4080s-triple" "rtx4060ti-sff"
   "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow"
   "rtx5060ti-closet" "rx9060xt-itx" "rtx4000ada-sff" "r9700-pair-upper" "rtx4090-unlocked"
-  "rtx5090-fe-warm" "rx7900xt-htpc" "rtxa6000-blower")
+  "rtx5090-fe-warm" "rx7900xt-htpc" "rtxa6000-blower" "rtx5090-loop")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
@@ -53,14 +55,15 @@ TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office
   "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout"
   "email-triage-holdout" "home-automation-holdout" "swe-agent-holdout"
   "game-npcs-holdout" "camera-vlm-holdout" "newsroom-holdout"
-  "subtitles-holdout" "autocomplete-holdout")
+  "subtitles-holdout" "autocomplete-holdout" "discord-bot-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
 # RUNS names a set by its place: SET_NAMES[i] is set i+1 (one per entry of PLANT_SETS).
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
   thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth
-  nineteenth twentieth twentyfirst twentysecond twentythird twentyfourth twentyfifth)
+  nineteenth twentieth twentyfirst twentysecond twentythird twentyfourth twentyfifth
+  twentysixth)
 
 each_run() {
   local ceiling n

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the shipped bench traces (deterministic: fixed seeds). See thermal/README.md."""
 import datetime
+import math
 import random
 
 
@@ -806,6 +807,35 @@ def autocomplete(seed=28, duration=3600.0):
     return before(rows, duration)
 
 
+def discord_bot(seed=29, duration=3600.0):
+    """Twenty-sixth held-out trace: a large hobby community's chat bot for an evening hour.
+    Members mention the bot in the server's channels; one mention draws others (a thread heats
+    up), so mentions come in self-exciting runs: a base rate of one per 30 s, each mention adding
+    0.018 per second that fades with a 45 s time constant (on average 0.8 more), at most one a
+    second. Each sends the channel's recent messages (400-2500 tokens) and gets a quip (20-120
+    tokens, 70 %) or an explanation (200-700). Every 15 minutes (within a minute) the bot
+    digests the channels since the last digest (9-14 k tokens in, 300-700 out)."""
+    rng = random.Random(seed)
+    rows = []
+    t, excitation, step, mention = 0.0, 0.0, 0.5, 0
+    while t < duration:
+        rate = min(1.0 / 30.0 + excitation, 1.0)
+        if rng.random() < rate * step:
+            mention += 1
+            out = rng.randint(20, 120) if rng.random() < 0.7 else rng.randint(200, 700)
+            user = rng.randint(1, 40)
+            rows.append((round(t, 1), rng.randint(400, 2500), out, f"u{user}m{mention}"))
+            excitation += 0.018
+        excitation *= math.exp(-step / 45.0)
+        t += step
+    t, digest = 900.0, 0
+    while t < duration:
+        digest += 1
+        rows.append((round(t + rng.uniform(-60.0, 60.0), 1), rng.randint(9000, 14000), rng.randint(300, 700), f"digest{digest}"))
+        t += 900.0
+    return before(rows, duration)
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -835,3 +865,4 @@ if __name__ == "__main__":
     write("newsroom-holdout.csv", SIMPLE_HEADER, newsroom())
     write("subtitles-holdout.csv", SIMPLE_HEADER, subtitles())
     write("autocomplete-holdout.csv", SIMPLE_HEADER, autocomplete())
+    write("discord-bot-holdout.csv", SIMPLE_HEADER, discord_bot())
