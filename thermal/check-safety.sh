@@ -1,6 +1,6 @@
 #!/bin/bash
 # Safety check of the predictive controller beyond the table's seed: every shipped plant x trace,
-# at the plant's limit and at --ceiling stock-peak, for each seed in SEEDS (default 1-8: 256 runs).
+# at the plant's limit and at --ceiling stock-peak, for each seed in SEEDS (default 1-8).
 # Prints each run over its ceiling (seconds and amount, and how far under it the oracle kept for
 # unannounced work peaks on the same run), then the smallest headroom (ceiling − predictive's peak
 # junction) and its run. Needs a built `lucebox` (LUCEBOX=path) and python3.
