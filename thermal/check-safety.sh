@@ -28,6 +28,8 @@ import json, sys
 r = json.load(sys.stdin)
 print("%.2f" % (r["limit_c"] - r["controllers"]["oracle-unannounced"]["peak_junction_c"]))'
 }
+# A run is over its ceiling where it spent time over it or peaked above it: those alone get the
+# oracle's headroom, and the summary below reads "over" from it ("-" elsewhere).
 while read -r run headroom seconds; do
   if awk -v h="$headroom" -v s="$seconds" 'BEGIN { exit !(s > 0 || h < 0) }'; then
     IFS=/ read -r plant trace ceiling seed <<<"$run"
@@ -38,7 +40,7 @@ while read -r run headroom seconds; do
 done <"$rows" | python3 -c '
 import sys
 rows = [l.split() for l in sys.stdin]
-over = [r for r in rows if float(r[2]) > 0 or float(r[1]) < 0]
+over = [r for r in rows if r[3] != "-"]
 for r in over:
     print("over: %s %.1f s, %.2f °C (oracle-unannounced: %s °C under)" % (r[0], float(r[2]), -float(r[1]), r[3]))
 m = min(rows, key=lambda r: float(r[1]))
