@@ -4,8 +4,9 @@
 //! while and then followed by full speed, keeps the junction under the limit over the horizon —
 //! with room kept for a large prompt arriving unannounced, and with the work the queue did not
 //! show where it has not let up. The same plan must also hold should the last seconds' work go
-//! on instead of draining as the queue says. Rate limits and hysteresis keep the fan from
-//! hunting. The margin under the limit grows by what the model has recently got wrong.
+//! on instead of draining as the queue says, with the same room for a prompt landing on it.
+//! Rate limits and hysteresis keep the fan from hunting. The margin under the limit grows by
+//! what the model has recently got wrong.
 
 use std::collections::VecDeque;
 
@@ -694,12 +695,14 @@ impl Controller for Predictive {
         // arrives (a mailing list's sync), keep the board near its limit while each plan expects
         // idle within seconds, and the heatsink warms under a fan left at its floor until the
         // next request lifts the die over the limit faster than the fan answers. So the plan
-        // must also hold with the work of the fan's answer time going on as it just ran; a
-        // person's prompt on a cool heatsink passes that easily.
+        // must also hold with the work of the fan's answer time going on as it just ran, with
+        // room for a large prompt landing on it where prompts come while the engine works (a
+        // team's code completions warm the heatsink burst after burst, and a chat question
+        // lands on top); a person's prompt on a cool heatsink passes that easily.
         let going_on = self.recent_work_repeated(lead, self.hold_steps() + lead);
-        let no_reserve = vec![0.0; going_on.len()];
-        let going_on_pct =
-            self.required_duty(junction_c, Outlook { power: &going_on, reserve: &no_reserve, budget_c });
+        let going_on_reserve = self.surprise_reserve(&going_on, obs.load.is_some());
+        let going_on_pct = self
+            .required_duty(junction_c, Outlook { power: &going_on, reserve: &going_on_reserve, budget_c });
         let required = required.max(going_on_pct);
         let going_on_stops = going_on_pct < self.limits.min_duty_pct;
         // The forecast is never trusted below a reactive curve near the limit.
@@ -1239,6 +1242,71 @@ mod tests {
         assert!(warm.going_on_pct > 20.0 && warm.required_pct >= warm.going_on_pct, "{warm:?}");
         let cool = run(60.0);
         assert_eq!(cool.going_on_pct, 20.0, "{cool:?}");
+    }
+
+    /// A forecast that learned one user who waits for each answer: each prompt arrives 3 s after
+    /// the last answer ended, never while the engine works.
+    fn sequential_forecast() -> PowerForecast {
+        let mut forecast = PowerForecast::new();
+        for id in 1..=20u32 {
+            for remaining in [50, 40, 30, 20, 10] {
+                let slot = lucebox_engine::SlotLoad {
+                    id,
+                    is_processing: true,
+                    prompt_tokens: 500,
+                    prompt_processed: 500,
+                    decoded_tokens: 0,
+                    remaining_tokens: Some(remaining),
+                };
+                let answering = lucebox_engine::LoadSignal {
+                    requests_processing: 1,
+                    slots: vec![slot],
+                    ..Default::default()
+                };
+                forecast.observe(&answering, 150.0, 1.0);
+            }
+            for _ in 0..3 {
+                forecast.observe(&lucebox_engine::LoadSignal::default(), 30.0, 1.0);
+            }
+        }
+        assert!(!forecast.arrives_while_busy());
+        forecast
+    }
+
+    /// Where prompts come while the engine works, one may land on the work going on: near the
+    /// budget that work then needs more than the fan's floor, where for one user who waits for
+    /// each answer the same work as it ran needs the floor alone.
+    #[test]
+    fn the_work_going_on_keeps_room_for_a_prompt_landing_on_it_where_prompts_come_while_busy() {
+        let draining = lucebox_engine::LoadSignal {
+            requests_processing: 1,
+            slots: vec![lucebox_engine::SlotLoad {
+                id: 1,
+                is_processing: true,
+                prompt_tokens: 400,
+                prompt_processed: 400,
+                decoded_tokens: 3,
+                remaining_tokens: Some(1),
+            }],
+            ..Default::default()
+        };
+        let run = |forecast: Option<PowerForecast>, junction_c: f64| {
+            let mut c = controller().with_forecast(forecast);
+            for t in 0..30 {
+                let power_w = [300.0, 220.0, 220.0, 300.0, 220.0, 220.0, 30.0][t % 7];
+                let seen =
+                    Observation { load: Some(draining.clone()), ..obs(t as f64, junction_c, power_w, 20.0) };
+                c.decide(&seen);
+                c.commanded(Some(20.0));
+            }
+            c.detail().unwrap()
+        };
+        // 88 °C under a 95 °C limit: the work as it ran needs the floor alone (the test above
+        // needs 90 °C for more), and a prompt on it would not leave room.
+        let busy = run(None, 88.0);
+        assert!(busy.going_on_pct > 30.0 && busy.required_pct >= busy.going_on_pct, "{busy:?}");
+        let sequential = run(Some(sequential_forecast()), 88.0);
+        assert_eq!(sequential.going_on_pct, 20.0, "{sequential:?}");
     }
 
     /// A junction that stays warmer than the model expects builds a margin; one that follows the
