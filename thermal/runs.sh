@@ -37,8 +37,8 @@
 #             under work that never settles (kept). RUNS=twentyfifth (an RTX A6000 blower in
 #             a small office's tower and a team's code-completion server) judged a fresh
 #             model's ambient from its first reading (not kept). RUNS=twentysixth (an RTX 5090
-#             on a custom water loop and a community's chat bot) was written and committed
-#             before anything ran on it, to judge the next change.
+#             on a custom water loop and a community's chat bot) judged room for a prompt
+#             landing on the work going on (kept).
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
