@@ -38,7 +38,9 @@
 #             a small office's tower and a team's code-completion server) judged a fresh
 #             model's ambient from its first reading (not kept). RUNS=twentysixth (an RTX 5090
 #             on a custom water loop and a community's chat bot) judged room for a prompt
-#             landing on the work going on (kept).
+#             landing on the work going on (kept). RUNS=twentyseventh (a dust-clogged
+#             RTX 3090 and an owner's benchmark evening) was written and committed before
+#             anything ran on it, to judge the next change.
 #   bench_run PLANT TRACE CEILING SEED [ARGS...]: `lucebox thermal bench --json` of that run
 #             ($LUCEBOX; the held-out Azure-style trace sampled 1 in 2).
 PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2080ti-blower rtx5090-sff"
@@ -47,7 +49,8 @@ PLANT_SETS=("r9700-blower rtx3090-openair strix-halo-box rtx4090-hot-case" "rtx2
   "rtx4080s-triple" "rtx4060ti-sff"
   "rx7600xt-cramped" "rtx5070ti-dual" "rtx3090ti-aio" "rtx5080-flow"
   "rtx5060ti-closet" "rx9060xt-itx" "rtx4000ada-sff" "r9700-pair-upper" "rtx4090-unlocked"
-  "rtx5090-fe-warm" "rx7900xt-htpc" "rtxa6000-blower" "rtx5090-loop")
+  "rtx5090-fe-warm" "rx7900xt-htpc" "rtxa6000-blower" "rtx5090-loop"
+  "rtx3090-dusty")
 TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office-holdout"
   "kb-assistant-holdout" "home-lab-holdout" "parallel-agents-holdout"
   "pipelines-holdout" "ingest-holdout" "doc-review-holdout" "support-desk-holdout"
@@ -55,7 +58,8 @@ TRACE_SETS=("chat agent batch azure-style-holdout" "code-assist-holdout" "office
   "meeting-notes-holdout" "eval-harness-holdout" "long-context-holdout" "translation-holdout"
   "email-triage-holdout" "home-automation-holdout" "swe-agent-holdout"
   "game-npcs-holdout" "camera-vlm-holdout" "newsroom-holdout"
-  "subtitles-holdout" "autocomplete-holdout" "discord-bot-holdout")
+  "subtitles-holdout" "autocomplete-holdout" "discord-bot-holdout"
+  "bench-sweep-holdout")
 # The sets RUNS=all covers: the four the README's all-rows figures were measured on.
 SEEN_SETS=4
 
@@ -63,7 +67,7 @@ SEEN_SETS=4
 SET_NAMES=(first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
   thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth
   nineteenth twentieth twentyfirst twentysecond twentythird twentyfourth twentyfifth
-  twentysixth)
+  twentysixth twentyseventh)
 
 each_run() {
   local ceiling n

@@ -836,6 +836,47 @@ def discord_bot(seed=29, duration=3600.0):
     return before(rows, duration)
 
 
+def bench_sweep(seed=30, duration=3600.0):
+    """Twenty-seventh held-out trace: an owner benchmarking the box for an evening hour, one
+    client at a time, each request sent as the last is answered (times from a reference card that
+    prefills 3000 tokens/s and decodes 45/s, with 0.2-0.5 s of client overhead). A round is a
+    prefill sweep (512 to 32768 tokens in, doubling, five of each, 128 out), a decode sweep (512
+    in, 256 to 2048 out, three of each), then four clients at once (eight requests each, 1024 in,
+    256 out, each client's next sent as its last is answered, at half the reference rate); then
+    2-6 minutes of reading the numbers with a few chat questions (300-1500 in, 100-400 out), or,
+    after every other round, 8-15 minutes away from the desk."""
+    rng = random.Random(seed)
+    rows = []
+
+    def served(t, prompt, out, label, slow=1.0):
+        rows.append((round(t, 1), prompt, out, label))
+        return t + slow * (prompt / 3000.0 + out / 45.0) + rng.uniform(0.2, 0.5)
+
+    t, rnd = rng.uniform(30.0, 90.0), 0
+    while t < duration:
+        rnd += 1
+        for k in range(7):
+            for rep in range(5):
+                t = served(t, 512 << k, 128, f"r{rnd}p{512 << k}n{rep + 1}")
+        for k in range(4):
+            for rep in range(3):
+                t = served(t, 512, 256 << k, f"r{rnd}d{256 << k}n{rep + 1}")
+        ends = []
+        for client in range(1, 5):
+            c = t + rng.uniform(0.0, 0.5)
+            for n in range(8):
+                c = served(c, 1024, 256, f"r{rnd}c{client}n{n + 1}", slow=2.0)
+            ends.append(c)
+        t = max(ends)
+        pause = rng.uniform(480.0, 900.0) if rnd % 2 == 0 else rng.uniform(120.0, 360.0)
+        if rnd % 2 == 1:
+            for q in range(rng.randint(1, 3)):
+                at = t + rng.uniform(10.0, pause - 10.0)
+                rows.append((round(at, 1), rng.randint(300, 1500), rng.randint(100, 400), f"r{rnd}q{q + 1}"))
+        t += pause
+    return before(rows, duration)
+
+
 if __name__ == "__main__":
     write("chat.csv", SIMPLE_HEADER, chat())
     write("agent.csv", SIMPLE_HEADER, agent())
@@ -866,3 +907,4 @@ if __name__ == "__main__":
     write("subtitles-holdout.csv", SIMPLE_HEADER, subtitles())
     write("autocomplete-holdout.csv", SIMPLE_HEADER, autocomplete())
     write("discord-bot-holdout.csv", SIMPLE_HEADER, discord_bot())
+    write("bench-sweep-holdout.csv", SIMPLE_HEADER, bench_sweep())
