@@ -1205,12 +1205,10 @@ mod tests {
         assert_eq!(c.recent_work_repeated(9, 4), [100.0, 200.0, 300.0, 100.0]);
     }
 
-    /// Requests sent back to back, each shown only as it arrives: the queue says the work drains
-    /// within a second. With the junction near the budget, the work of the last seconds going on
-    /// needs more than the fan's floor, and the plans take it; with the junction cool it needs
-    /// the floor alone. (`tests/thermal.rs` runs the sync this was found on.)
-    #[test]
-    fn the_work_going_on_needs_more_than_the_floor_only_near_the_budget() {
+    /// What `c` decides after 30 periods of requests sent back to back, each shown only as it
+    /// arrives (the queue says the work drains within a second), with the junction read at
+    /// `junction_c` and the fan at a 20 % floor.
+    fn after_back_to_back_requests(mut c: Predictive, junction_c: f64) -> DecisionDetail {
         let draining = lucebox_engine::LoadSignal {
             requests_processing: 1,
             slots: vec![lucebox_engine::SlotLoad {
@@ -1223,24 +1221,28 @@ mod tests {
             }],
             ..Default::default()
         };
-        let run = |junction_c: f64| {
-            let mut c = controller();
-            // Fewer periods than a heatsink window: the junction held still under this work would
-            // teach the fit that the heatsink holds it, and this is about the prior's plans.
-            for t in 0..30 {
-                // An idle period now and then: the queue's plans miss no whole window, so they
-                // count no unforeseen work.
-                let power_w = [300.0, 220.0, 220.0, 300.0, 220.0, 220.0, 30.0][t % 7];
-                let seen =
-                    Observation { load: Some(draining.clone()), ..obs(t as f64, junction_c, power_w, 20.0) };
-                c.decide(&seen);
-                c.commanded(Some(20.0));
-            }
-            c.detail().unwrap()
-        };
-        let warm = run(90.0);
+        // Fewer periods than a heatsink window: the junction held still under this work would
+        // teach the fit that the heatsink holds it, and this is about the prior's plans.
+        for t in 0..30 {
+            // An idle period now and then: the queue's plans miss no whole window, so they count
+            // no unforeseen work.
+            let power_w = [300.0, 220.0, 220.0, 300.0, 220.0, 220.0, 30.0][t % 7];
+            let seen =
+                Observation { load: Some(draining.clone()), ..obs(t as f64, junction_c, power_w, 20.0) };
+            c.decide(&seen);
+            c.commanded(Some(20.0));
+        }
+        c.detail().unwrap()
+    }
+
+    /// With the junction near the budget, the work of the last seconds going on needs more than
+    /// the fan's floor, and the plans take it; with the junction cool it needs the floor alone.
+    /// (`tests/thermal.rs` runs the sync this was found on.)
+    #[test]
+    fn the_work_going_on_needs_more_than_the_floor_only_near_the_budget() {
+        let warm = after_back_to_back_requests(controller(), 90.0);
         assert!(warm.going_on_pct > 20.0 && warm.required_pct >= warm.going_on_pct, "{warm:?}");
-        let cool = run(60.0);
+        let cool = after_back_to_back_requests(controller(), 60.0);
         assert_eq!(cool.going_on_pct, 20.0, "{cool:?}");
     }
 
@@ -1278,34 +1280,12 @@ mod tests {
     /// each answer the same work as it ran needs the floor alone.
     #[test]
     fn the_work_going_on_keeps_room_for_a_prompt_landing_on_it_where_prompts_come_while_busy() {
-        let draining = lucebox_engine::LoadSignal {
-            requests_processing: 1,
-            slots: vec![lucebox_engine::SlotLoad {
-                id: 1,
-                is_processing: true,
-                prompt_tokens: 400,
-                prompt_processed: 400,
-                decoded_tokens: 3,
-                remaining_tokens: Some(1),
-            }],
-            ..Default::default()
-        };
-        let run = |forecast: Option<PowerForecast>, junction_c: f64| {
-            let mut c = controller().with_forecast(forecast);
-            for t in 0..30 {
-                let power_w = [300.0, 220.0, 220.0, 300.0, 220.0, 220.0, 30.0][t % 7];
-                let seen =
-                    Observation { load: Some(draining.clone()), ..obs(t as f64, junction_c, power_w, 20.0) };
-                c.decide(&seen);
-                c.commanded(Some(20.0));
-            }
-            c.detail().unwrap()
-        };
         // 88 °C under a 95 °C limit: the work as it ran needs the floor alone (the test above
         // needs 90 °C for more), and a prompt on it would not leave room.
-        let busy = run(None, 88.0);
+        let busy = after_back_to_back_requests(controller(), 88.0);
         assert!(busy.going_on_pct > 30.0 && busy.required_pct >= busy.going_on_pct, "{busy:?}");
-        let sequential = run(Some(sequential_forecast()), 88.0);
+        let sequential =
+            after_back_to_back_requests(controller().with_forecast(Some(sequential_forecast())), 88.0);
         assert_eq!(sequential.going_on_pct, 20.0, "{sequential:?}");
     }
 
