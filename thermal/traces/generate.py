@@ -868,11 +868,13 @@ def bench_sweep(seed=30, duration=3600.0):
                 c = served(c, 1024, 256, f"r{rnd}c{client}n{n + 1}", slow=2.0)
             ends.append(c)
         t = max(ends)
-        pause = rng.uniform(480.0, 900.0) if rnd % 2 == 0 else rng.uniform(120.0, 360.0)
         if rnd % 2 == 1:
+            pause = rng.uniform(120.0, 360.0)
             for q in range(rng.randint(1, 3)):
                 at = t + rng.uniform(10.0, pause - 10.0)
                 rows.append((round(at, 1), rng.randint(300, 1500), rng.randint(100, 400), f"r{rnd}q{q + 1}"))
+        else:
+            pause = rng.uniform(480.0, 900.0)
         t += pause
     return before(rows, duration)
 
